@@ -1,0 +1,4 @@
+"""One file per mechanism; importing this package registers them all."""
+
+from . import base  # noqa: F401
+from . import linear, relu_linear, softmax  # noqa: F401

@@ -1,0 +1,153 @@
+"""Base classes: :class:`Attention` (the protocol), :class:`FeatureMap`, :class:`FeatureMapAttention`.
+
+An attention has a *reference* implementation (the plain quadratic or token-by-token math of its paper, the
+ground truth of the tests) and one or more efficient implementations behind the same call, chosen by
+``impl=``. ``"auto"`` resolves from the input's device (``resolve_impl``); the resolved name is what results
+record. Nothing falls back silently: an impl that cannot run here is an error.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..ops import linear_attn as la
+from ..protocol import AttnbenchError, UnsupportedError, validate_qkv
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def triton_usable(device: torch.device) -> bool:
+    """Whether a Triton kernel can run on ``device``: a CUDA device, or the CPU under TRITON_INTERPRET=1."""
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class Attention(nn.Module):
+    """An attention mechanism: ``forward(q, k, v)`` on ``[B, H, N, D]``, returns ``[B, H, N, Dv]`` in v's dtype.
+
+    Subclasses set the class attributes below and implement ``forward_<impl>`` for each name in ``impls``.
+    """
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    bidirectional: ClassVar[bool] = True
+    causal_form: ClassVar[bool] = True
+    impls: ClassVar[tuple[str, ...]] = ("reference", "torch")
+    cpu_impl: ClassVar[str] = "torch"          # what "auto" resolves to on a CPU
+    gpu_impl: ClassVar[str] = "torch"          # what "auto" resolves to on a CUDA device
+    gpu_only_impls: ClassVar[tuple[str, ...]] = ("triton", "fla")
+    upcast_half: ClassVar[bool] = True          # compute fp16/bf16 inputs in fp32 (powers and sums overflow)
+
+    def __init__(self, *, heads: int, head_dim: int, causal: bool = False, impl: str = "auto"):
+        super().__init__()
+        if not isinstance(heads, int) or heads < 1:
+            raise AttnbenchError(f"{self.name}: argument 'heads' must be a positive int, got {heads!r}")
+        if not isinstance(head_dim, int) or head_dim < 1:
+            raise AttnbenchError(f"{self.name}: argument 'head_dim' must be a positive int, got {head_dim!r}")
+        if causal and not self.causal_form:
+            raise UnsupportedError(f"{self.name}: argument 'causal=True' is not supported: {self.name} has no "
+                                   f"causal form (bidirectional only)")
+        if not causal and not self.bidirectional:
+            raise UnsupportedError(f"{self.name}: argument 'causal=False' is not supported: {self.name} is causal only")
+        if impl != "auto" and impl not in self.impls:
+            raise AttnbenchError(f"{self.name}: argument 'impl' must be 'auto' or one of {list(self.impls)}, "
+                                 f"got {impl!r}")
+        self.heads, self.head_dim, self.causal, self.impl = heads, head_dim, bool(causal), impl
+
+    # --- dispatch -------------------------------------------------------------------------------------------
+    def resolve_impl(self, device: torch.device | str = "cpu") -> str:
+        """The implementation a forward on ``device`` runs; errors if an explicit impl cannot run there."""
+        device = torch.device(device)
+        impl = self.impl
+        if impl == "auto":
+            impl = self.gpu_impl if device.type == "cuda" else self.cpu_impl
+        if impl in self.gpu_only_impls and not triton_usable(device):
+            raise UnsupportedError(f"{self.name}: impl={impl!r} needs a CUDA device (or TRITON_INTERPRET=1 for "
+                                   f"Triton on the CPU), but the input is on {device}; use impl='auto' or "
+                                   f"one of {[i for i in self.impls if i not in self.gpu_only_impls]}")
+        return impl
+
+    def check_inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        validate_qkv(q, k, v, heads=self.heads, head_dim=self.head_dim, name=self.name)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.check_inputs(q, k, v)
+        return self.run(self.resolve_impl(q.device), q, k, v)
+
+    def reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The paper's math, quadratic or token by token: the ground truth of the tests."""
+        self.check_inputs(q, k, v)
+        return self.run("reference", q, k, v)
+
+    def run(self, impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out_dtype = v.dtype
+        if self.upcast_half and q.dtype in HALF and impl not in self.gpu_only_impls:
+            q, k, v = q.float(), k.float(), v.float()
+        out = getattr(self, f"forward_{impl}")(q, k, v)
+        return out.to(out_dtype)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, head_dim={self.head_dim}, causal={self.causal}, impl={self.impl!r}"
+
+
+class FeatureMap(nn.Module):
+    """A feature map phi: ``phi_q(q)`` and ``phi_k(k)`` map ``[B, H, N, D] -> [B, H, N, M]``.
+
+    Maps whose query and key sides differ (NaLa) override ``phi_q``/``phi_k``; symmetric maps implement ``phi``.
+    ``causal`` is passed at build time for maps that pool over the sequence (MirrorLA): their causal form must
+    use only the past.
+    """
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+
+    def __init__(self, *, heads: int, head_dim: int, causal: bool = False):
+        super().__init__()
+        self.heads, self.head_dim, self.causal = heads, head_dim, causal
+
+    @property
+    def feature_dim(self) -> int:
+        return self.head_dim
+
+    def phi(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def phi_q(self, q: torch.Tensor) -> torch.Tensor:
+        return self.phi(q)
+
+    def phi_k(self, k: torch.Tensor) -> torch.Tensor:
+        return self.phi(k)
+
+
+class FeatureMapAttention(Attention):
+    """Linear attention from a feature map: ``o_t = phi(q_t) S / (phi(q_t) z + eps)``.
+
+    The normaliser uses means (``S = mean_i phi(k_i)^T v_i``, ``z = mean_i phi(k_i)``, over i <= t when causal),
+    which equals the sum form with ``eps`` measured relative to a mean score, as the released PolaFormer and
+    NaLaFormer code do. ``reference`` materialises the N x N scores; ``torch`` runs the associative
+    (bidirectional) or chunked (causal) form of :mod:`attnbench.ops.linear_attention`.
+    """
+
+    feature_map_cls: ClassVar[type[FeatureMap]]
+    impls = ("reference", "torch")
+    eps: float = 1e-6
+    chunk_size: int = 64
+
+    def make_feature_map(self, **options) -> FeatureMap:
+        return self.feature_map_cls(heads=self.heads, head_dim=self.head_dim, causal=self.causal, **options)
+
+    def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.feature_map.phi_q(q), self.feature_map.phi_k(k)
+
+    def forward_reference(self, q, k, v):
+        fq, fk = self.features(q, k)
+        return la.linear_attention_reference(fq, fk, v, causal=self.causal, eps=self.eps)
+
+    def forward_torch(self, q, k, v):
+        fq, fk = self.features(q, k)
+        return la.linear_attention(fq, fk, v, causal=self.causal, eps=self.eps, chunk_size=self.chunk_size)

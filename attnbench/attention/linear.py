@@ -1,0 +1,33 @@
+"""Kernelized linear attention with phi = ELU + 1 (Katharopoulos et al., 2020): the "Kernelized" baseline."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from ..registry import register_attention, register_feature_map
+from .base import FeatureMap, FeatureMapAttention
+
+
+@register_feature_map
+class EluFeatureMap(FeatureMap):
+    """phi(x) = ELU(x) + 1 > 0 (Katharopoulos et al. 2020, Sec. 3.2)."""
+
+    name = "elu"
+    paper = "Katharopoulos et al. 2020 (Transformers are RNNs)"
+
+    def phi(self, x):
+        return F.elu(x) + 1.0
+
+
+@register_attention
+class LinearAttention(FeatureMapAttention):
+    """``o_t = phi(q_t) sum_i phi(k_i)^T v_i / phi(q_t) sum_j phi(k_j)`` with phi = ELU + 1 (Katharopoulos et al.
+    2020, Eq. 6; NaLaFormer Eq. 4; the "Kernelized" row of NaLaFormer Table 14)."""
+
+    name = "linear"
+    paper = EluFeatureMap.paper
+    feature_map_cls = EluFeatureMap
+
+    def __init__(self, *, heads, head_dim, causal=False, impl="auto"):
+        super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+        self.feature_map = self.make_feature_map()

@@ -1,0 +1,1 @@
+"""Triton kernels and their autograd Functions. A leaf: never imports attnbench."""
