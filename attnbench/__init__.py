@@ -4,6 +4,7 @@ from .protocol import AttnbenchError, ShapeError, UnknownNameError, UnsupportedE
 from .registry import (
     build,
     build_feature_map,
+    build_for_length,
     describe,
     feature_map_names,
     get_attention,
@@ -21,6 +22,7 @@ __all__ = [
     "UnsupportedError",
     "build",
     "build_feature_map",
+    "build_for_length",
     "describe",
     "feature_map_names",
     "get_attention",

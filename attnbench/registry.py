@@ -110,6 +110,15 @@ def build(name: str, *, heads: int, head_dim: int, causal: bool = False, impl: s
     return cls(heads=heads, head_dim=head_dim, causal=causal, impl=impl, **options)
 
 
+def build_for_length(name: str, *, seq_len: int, heads: int, head_dim: int, causal: bool = False,
+                     impl: str = "auto", **options: Any):
+    """:func:`build` for inputs of length ``seq_len``: adds the options the mechanism derives from the length
+    (``Attention.shape_options``, e.g. Linformer's ``seq_len``) unless given explicitly."""
+    cls = get_attention(name)
+    merged = {**cls.shape_options(seq_len), **options}
+    return build(name, heads=heads, head_dim=head_dim, causal=causal, impl=impl, **merged)
+
+
 def build_feature_map(name: str, *, heads: int, head_dim: int, causal: bool = False, **options: Any):
     """Build the feature map ``name``; ``phi_q(q)`` and ``phi_k(k)`` map ``[B, H, N, D] -> [B, H, N, M]``."""
     cls = get_feature_map(name)

@@ -2,3 +2,4 @@
 
 from . import base  # noqa: F401
 from . import linear, relu_linear, softmax  # noqa: F401
+from . import flatten, laplacian, mirrorla, nala, polaformer, relu_quadratic, stella  # noqa: F401

@@ -59,6 +59,13 @@ class Attention(nn.Module):
                                  f"got {impl!r}")
         self.heads, self.head_dim, self.causal, self.impl = heads, head_dim, bool(causal), impl
 
+    @classmethod
+    def shape_options(cls, seq_len: int) -> dict:
+        """Options a mechanism needs to know about the sequence length at build time (e.g. Linformer's fixed
+        length). Generic drivers (check, scaling, the contract tests) build through
+        :func:`attnbench.registry.build_for_length`, which merges these in."""
+        return {}
+
     # --- dispatch -------------------------------------------------------------------------------------------
     def resolve_impl(self, device: torch.device | str = "cpu") -> str:
         """The implementation a forward on ``device`` runs; errors if an explicit impl cannot run there."""
@@ -123,6 +130,14 @@ class FeatureMap(nn.Module):
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
         return self.phi(k)
 
+    # The reference forms default to the same maps; a map whose fast form differs (a prefix statistic computed
+    # by cumulative sums, a fused kernel) overrides these with the plain math.
+    def phi_q_reference(self, q: torch.Tensor) -> torch.Tensor:
+        return self.phi_q(q)
+
+    def phi_k_reference(self, k: torch.Tensor) -> torch.Tensor:
+        return self.phi_k(k)
+
 
 class FeatureMapAttention(Attention):
     """Linear attention from a feature map: ``o_t = phi(q_t) S / (phi(q_t) z + eps)``.
@@ -145,7 +160,7 @@ class FeatureMapAttention(Attention):
         return self.feature_map.phi_q(q), self.feature_map.phi_k(k)
 
     def forward_reference(self, q, k, v):
-        fq, fk = self.features(q, k)
+        fq, fk = self.feature_map.phi_q_reference(q), self.feature_map.phi_k_reference(k)
         return la.linear_attention_reference(fq, fk, v, causal=self.causal, eps=self.eps)
 
     def forward_torch(self, q, k, v):

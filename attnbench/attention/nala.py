@@ -1,0 +1,89 @@
+"""NaLaFormer (Meng et al., "Norm x Direction: Restoring the Missing Query Norm in Vision Linear Attention").
+
+Linear attention cancels the query norm between numerator and denominator (paper Eq. 4-5). NaLa restores it
+through a norm-dependent power on the query direction and keeps negative values through a cosine direction map.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..protocol import AttnbenchError
+from ..registry import register_attention, register_feature_map
+from .base import FeatureMap, FeatureMapAttention
+
+PAPER = "Meng et al. 2026 (NaLaFormer, Norm x Direction)"
+
+
+@register_feature_map
+class NaLaFeatureMap(FeatureMap):
+    """NaLa feature maps, paper Eqs. 6, 7, 11-13; feature size 2d.
+
+    Query (Eq. 6, 12): ``phi_q(q) = [|dir(q)|^f(||q||) cos(theta_q); |dir(q)|^f(||q||) sin(theta_q)]`` with the
+    norm-aware exponent ``f(x) = lam (tau + tanh x)`` in ``[lam tau, lam (tau + 1))``.
+    Key (Eq. 6, 13): ``phi_k(k) = [|k|^lam cos(theta_k); |k|^lam sin(theta_k)]`` (raw key: its norm is kept).
+    Angles (Sec. 3.2): ``theta = (pi/4) tanh(dir(x))``, so every per-coordinate term
+    ``|a_i||b_i| cos(theta_qi - theta_ki)`` is >= 0 (|theta| < pi/4) and every score phi_q . phi_k >= 0 (Eq. 10),
+    although the sin halves may be negative. Norms are L2 (the released code's choice), clamped at ``eps``.
+
+    ``sign_split=True`` is the released ImageNet code instead (``NALA.py``): ``[relu(dir q)^f; relu(-dir q)^f]``
+    and ``[relu(k)^lam; relu(-k)^lam]``, i.e. Eq. 7 with angles restricted to {0, pi/2}: opposite-sign pairs are
+    fully inhibited.
+    """
+
+    name = "nala"
+    paper = PAPER
+
+    def __init__(self, *, heads, head_dim, causal=False, lam: float = 3.0, tau: float = 0.5,
+                 sign_split: bool = False, eps: float = 1e-6):
+        super().__init__(heads=heads, head_dim=head_dim, causal=causal)
+        if lam <= 0:
+            raise AttnbenchError(f"nala: option 'lam' must be > 0, got {lam}")
+        if tau < 0:
+            raise AttnbenchError(f"nala: option 'tau' must be >= 0, got {tau}")
+        self.lam, self.tau, self.sign_split, self.eps = float(lam), float(tau), bool(sign_split), float(eps)
+
+    @property
+    def feature_dim(self) -> int:
+        return 2 * self.head_dim
+
+    def exponent(self, q: torch.Tensor) -> torch.Tensor:
+        """f(||q||) = lam (tau + tanh ||q||), per token: ``[B, H, N, 1]`` (Eq. 6)."""
+        return self.lam * (self.tau + torch.tanh(q.norm(dim=-1, keepdim=True)))
+
+    def _lift(self, x: torch.Tensor, mag: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+        if self.sign_split:
+            return torch.cat([mag * (x > 0), mag * (x < 0)], dim=-1)                # [B, H, N, 2D]
+        theta = (math.pi / 4) * torch.tanh(direction)                               # [B, H, N, D]
+        return torch.cat([mag * torch.cos(theta), mag * torch.sin(theta)], dim=-1)  # [B, H, N, 2D]
+
+    def phi_q(self, q: torch.Tensor) -> torch.Tensor:
+        norm = q.norm(dim=-1, keepdim=True).clamp_min(self.eps)                     # [B, H, N, 1]
+        direction = q / norm                                                        # [B, H, N, D]
+        power = self.lam * (self.tau + torch.tanh(norm))                            # [B, H, N, 1]
+        return self._lift(q, direction.abs().pow(power), direction)
+
+    def phi_k(self, k: torch.Tensor) -> torch.Tensor:
+        direction = k / k.norm(dim=-1, keepdim=True).clamp_min(self.eps)            # [B, H, N, D]
+        return self._lift(k, k.abs().pow(self.lam), direction)
+
+
+@register_attention
+class NaLaAttention(FeatureMapAttention):
+    """NaLa linear attention, paper Eq. 14 without the gate (gate, LayerNorm, LePE and RoPE belong to the block).
+
+    ``o_t = phi_q(q_t) sum_i phi_k(k_i)^T v_i / (phi_q(q_t) sum_j phi_k(k_j)^T)``, bidirectional or causal
+    (``S_t = S_{t-1} + phi_k(k_t)^T v_t``, a 2d x d state per head). Options: ``lam`` (lambda, default 3),
+    ``tau`` (default 0.5; Table 11's best), ``sign_split`` (the released code's hard sign split).
+    """
+
+    name = "nala"
+    paper = PAPER
+    feature_map_cls = NaLaFeatureMap
+
+    def __init__(self, *, heads, head_dim, causal=False, impl="auto", lam: float = 3.0, tau: float = 0.5,
+                 sign_split: bool = False):
+        super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+        self.feature_map = self.make_feature_map(lam=lam, tau=tau, sign_split=sign_split)

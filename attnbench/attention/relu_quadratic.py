@@ -1,0 +1,57 @@
+"""MixA's ReLU quadratic attention, kept in the critical layers (Ahmed et al., ICCV 2025; Wortsman et al. 2023)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..protocol import AttnbenchError
+from ..registry import register_attention
+from .base import Attention
+from .stella import PAPER, position_counts
+
+
+@register_attention
+class ReluQuadraticAttention(Attention):
+    """MixA Eqs. 4-5: ``O = ReLU(Q K^T / (beta sqrt(d))) V / (alpha N)``, alpha, beta learnable, initialised to 1;
+    causal: lower-triangular mask and the position count t in place of N.
+
+    Quadratic by design. ``reference`` materialises the N x N matrix; ``torch`` computes the same in query blocks
+    of ``block_size`` rows, so memory grows as N * block_size instead of N^2.
+    """
+
+    name = "relu_quadratic"
+    paper = PAPER
+
+    def __init__(self, *, heads, head_dim, causal=False, impl="auto", block_size: int = 128):
+        super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+        self.alpha = nn.Parameter(torch.ones(()))
+        self.beta = nn.Parameter(torch.ones(()))
+        if not isinstance(block_size, int) or block_size < 1:
+            raise AttnbenchError(f"relu_quadratic: option 'block_size' must be a positive int, got {block_size!r}")
+        self.block_size = block_size
+
+    def _scores(self, q, k):
+        return F.relu(q @ k.transpose(-1, -2) / (self.beta.to(q.dtype) * math.sqrt(self.head_dim)))
+
+    def forward_reference(self, q, k, v):
+        A = self._scores(q, k)                                                       # [B, H, N, N]
+        if self.causal:
+            A = A.tril()
+        return (A @ v) / (self.alpha.to(q.dtype) * position_counts(q.shape[-2], self.causal, q))
+
+    def forward_torch(self, q, k, v):
+        n = q.shape[-2]
+        counts = self.alpha.to(q.dtype) * position_counts(n, self.causal, q)         # [N, 1]
+        outs = []
+        for start in range(0, n, self.block_size):
+            stop = min(start + self.block_size, n)
+            keys = stop if self.causal else n                                        # causal: keys <= last query
+            A = self._scores(q[:, :, start:stop], k[:, :, :keys])                    # [B, H, b, keys]
+            if self.causal:
+                A = A.tril(diagonal=start)
+            outs.append(A @ v[:, :, :keys])
+        return torch.cat(outs, dim=2) / counts

@@ -1,0 +1,57 @@
+"""SteLLA, the Stable Lightweight Linear Attention of MixA (Ahmed et al., ICCV 2025)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import linear_attn as la
+from ..registry import register_attention
+from .base import Attention
+
+PAPER = "Ahmed et al. 2025 (MixA / SteLLA, ICCV)"
+
+
+def position_counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
+    """The "N" of MixA's alpha * N: the sequence length, or, causally, the number of visible tokens t (``[N, 1]``)."""
+    if causal:
+        return torch.arange(1, n + 1, device=like.device, dtype=like.dtype).unsqueeze(-1)
+    return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)
+
+
+@register_attention
+class SteLLAAttention(Attention):
+    """SteLLA, MixA Eqs. 6-7: ``O = ReLU(Q) (ReLU(K)^T V) / (beta * sqrt(d) * alpha * N)``.
+
+    No data-dependent row-sum denominator (unlike cosFormer / EfficientViT): the scales sqrt(d) (Theorem 5.3,
+    Var(ReLU(q)^T ReLU(k)) = O(d)) and N (Theorem 5.2, Var(sum_j A_ij V_jk) = O(N^2)) keep the output variance
+    O(1); ``alpha`` and ``beta`` are learnable scalars initialised to 1. Causal form: token t divides by the
+    position count t in place of N.
+    """
+
+    name = "stella"
+    paper = PAPER
+    chunk_size: int = 64
+
+    def __init__(self, *, heads, head_dim, causal=False, impl="auto"):
+        super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+        self.alpha = nn.Parameter(torch.ones(()))
+        self.beta = nn.Parameter(torch.ones(()))
+
+    def _scale(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        return (self.alpha * self.beta * math.sqrt(self.head_dim)).to(like.dtype) * position_counts(
+            n, self.causal, like)
+
+    def forward_reference(self, q, k, v):
+        A = F.relu(q) @ F.relu(k).transpose(-1, -2) / (self.beta.to(q.dtype) * math.sqrt(self.head_dim))
+        if self.causal:
+            A = A.tril()                                                             # [B, H, N, N]
+        return (A @ v) / (self.alpha.to(q.dtype) * position_counts(q.shape[-2], self.causal, q))
+
+    def forward_torch(self, q, k, v):
+        num = la.linear_attention(F.relu(q), F.relu(k), v, causal=self.causal, normalize=False,
+                                  chunk_size=self.chunk_size)
+        return num / self._scale(q.shape[-2], q)

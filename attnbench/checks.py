@@ -1,0 +1,121 @@
+"""``attnbench check``: every implementation of every mechanism against its reference, forward and backward.
+
+The same comparison the test suite makes, as a library function (the scaling suite's correctness gate uses it
+too): odd lengths, float64 by default, gradients with respect to q, k, v and every parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from rich.table import Table
+
+from . import registry
+from .attention.base import triton_usable
+from .protocol import AttnbenchError, UnsupportedError
+
+CHECK_LENGTHS = (1, 7, 129)
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4}
+
+
+@dataclass
+class CheckResult:
+    name: str
+    causal: bool
+    impl: str
+    seq_len: int
+    dtype: str
+    fwd_err: float | None
+    bwd_err: float | None
+    tol: float
+    status: str            # "ok", "mismatch", "skipped", "error"
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skipped")
+
+
+def _relative_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    scale = b.double().abs().max().item() + 1.0
+    return (a.double() - b.double()).abs().max().item() / scale
+
+
+def compare_to_reference(module, impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float]:
+    """(forward, backward) error of ``impl`` against ``module.reference``, relative to the reference's magnitude.
+
+    Backward compares the gradients of a fixed random projection of the output with respect to q, k, v and
+    every parameter.
+    """
+    inputs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    params = [p for p in module.parameters() if p.requires_grad]
+    out = module.run(impl, *inputs)
+    ref = module.reference(*inputs)
+    weight = torch.randn(ref.shape, generator=torch.Generator().manual_seed(0), dtype=ref.dtype).to(ref.device)
+    grads = torch.autograd.grad((out * weight).sum(), inputs + params, allow_unused=True)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), inputs + params, allow_unused=True)
+    bwd = 0.0
+    for g, r in zip(grads, ref_grads):
+        if (g is None) != (r is None):
+            return _relative_err(out, ref), float("inf")
+        if g is not None:
+            bwd = max(bwd, _relative_err(g, r))
+    return _relative_err(out, ref), bwd
+
+
+def runnable_impls(cls) -> list[str]:
+    return [i for i in cls.impls if i != "reference"]
+
+
+def check_one(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dtype = torch.float64,
+              heads: int = 2, head_dim: int = 8, batch: int = 2, seed: int = 0) -> CheckResult:
+    cls = registry.get_attention(name)
+    tol = TOLERANCE[dtype]
+    label = str(dtype).replace("torch.", "")
+    if impl in cls.gpu_only_impls and not triton_usable(torch.device("cpu")) and not torch.cuda.is_available():
+        return CheckResult(name, causal, impl, seq_len, label, None, None, tol, "skipped", "needs CUDA")
+    device = "cuda" if impl in cls.gpu_only_impls and torch.cuda.is_available() else "cpu"
+    torch.manual_seed(seed)
+    try:
+        module = registry.build_for_length(name, seq_len=seq_len, heads=heads, head_dim=head_dim,
+                                           causal=causal, impl=impl).to(device=device, dtype=dtype)
+        gen = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, dtype=dtype).to(device)
+                   for _ in range(3))
+        fwd, bwd = compare_to_reference(module, impl, q, k, v)
+    except UnsupportedError as e:
+        return CheckResult(name, causal, impl, seq_len, label, None, None, tol, "skipped", str(e))
+    except Exception as e:  # a crash is a failed check, reported in the table, not a traceback
+        return CheckResult(name, causal, impl, seq_len, label, None, None, tol, "error", f"{type(e).__name__}: {e}")
+    status = "ok" if fwd <= tol and bwd <= tol else "mismatch"
+    return CheckResult(name, causal, impl, seq_len, label, fwd, bwd, tol, status)
+
+
+def check_all(names: list[str] | None = None, *, dtype: str = "float64",
+              lengths: tuple[int, ...] = CHECK_LENGTHS) -> list[CheckResult]:
+    torch_dtype = {"float64": torch.float64, "float32": torch.float32}.get(dtype)
+    if torch_dtype is None:
+        raise AttnbenchError(f"check: argument 'dtype' must be float64 or float32, got {dtype!r}")
+    rows = []
+    for name in names or registry.names():
+        cls = registry.get_attention(name)
+        forms = [c for c, ok in ((False, cls.bidirectional), (True, cls.causal_form)) if ok]
+        for causal in forms:
+            for impl in runnable_impls(cls):
+                for n in lengths:
+                    rows.append(check_one(name, causal=causal, impl=impl, seq_len=n, dtype=torch_dtype))
+    return rows
+
+
+def render_checks(rows: list[CheckResult]) -> Table:
+    table = Table(title="attnbench check: fast forms vs reference (error relative to the reference's magnitude)")
+    for col in ("attention", "form", "impl", "N", "dtype", "fwd err", "bwd err", "tol", "status"):
+        table.add_column(col, justify="right" if col in ("N", "fwd err", "bwd err", "tol") else "left")
+    style = {"ok": "green", "skipped": "yellow", "mismatch": "bold red", "error": "bold red"}
+    for r in rows:
+        fmt = (lambda x: "-" if x is None else f"{x:.1e}")
+        status = f"[{style[r.status]}]{r.status}[/]" + (f" ({r.detail})" if r.detail else "")
+        table.add_row(r.name, "causal" if r.causal else "bidir", r.impl, str(r.seq_len), r.dtype,
+                      fmt(r.fwd_err), fmt(r.bwd_err), f"{r.tol:.0e}", status)
+    return table
