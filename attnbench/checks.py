@@ -50,11 +50,12 @@ def compare_to_reference(module, impl: str, q: torch.Tensor, k: torch.Tensor, v:
     """
     inputs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     params = [p for p in module.parameters() if p.requires_grad]
-    out = module.run(impl, *inputs)
-    ref = module.reference(*inputs)
-    weight = torch.randn(ref.shape, generator=torch.Generator().manual_seed(0), dtype=ref.dtype).to(ref.device)
-    grads = torch.autograd.grad((out * weight).sum(), inputs + params, allow_unused=True)
-    ref_grads = torch.autograd.grad((ref * weight).sum(), inputs + params, allow_unused=True)
+    with torch.enable_grad():  # callers may be inside no_grad (benchmarks gate before timing)
+        out = module.run(impl, *inputs)
+        ref = module.reference(*inputs)
+        weight = torch.randn(ref.shape, generator=torch.Generator().manual_seed(0), dtype=ref.dtype).to(ref.device)
+        grads = torch.autograd.grad((out * weight).sum(), inputs + params, allow_unused=True)
+        ref_grads = torch.autograd.grad((ref * weight).sum(), inputs + params, allow_unused=True)
     bwd = 0.0
     for g, r in zip(grads, ref_grads):
         if (g is None) != (r is None):

@@ -5,6 +5,7 @@ import torch
 
 from attnbench.ops import (
     linear_attention,
+    linear_attention_blocked,
     linear_attention_chunked,
     linear_attention_recurrent,
     linear_attention_reference,
@@ -50,3 +51,24 @@ def test_bidirectional_normaliser_is_a_weighted_mean_of_values():
     out = linear_attention(fq, fk, v, eps=0.0)
     assert (out <= v.max(dim=2, keepdim=True).values + 1e-12).all()
     assert (out >= v.min(dim=2, keepdim=True).values - 1e-12).all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 130])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_blocked_equals_reference(n, causal, normalize):
+    fq, fk, v = features(2, 2, n, 10, 3, seed=3)
+    ref = linear_attention_reference(fq, fk, v, causal=causal, normalize=normalize)
+    out = linear_attention_blocked(lambda s, e: fq[:, :, s:e], lambda s, e: fk[:, :, s:e], v, causal=causal,
+                                   normalize=normalize, chunk_size=16, block_size=48)
+    assert_matches_fp64(out, ref, "blocked")
+
+
+def test_chunked_state_continues_a_sequence():
+    fq, fk, v = features(1, 2, 70, 6, 4, seed=4)
+    whole = linear_attention_chunked(fq, fk, v, chunk_size=16)
+    first, state = linear_attention_chunked(fq[:, :, :33], fk[:, :, :33], v[:, :, :33], chunk_size=16,
+                                            output_final_state=True)
+    second = linear_attention_chunked(fq[:, :, 33:], fk[:, :, 33:], v[:, :, 33:], chunk_size=16,
+                                      initial_state=state, offset=33)
+    assert_matches_fp64(torch.cat([first, second], dim=2), whole, "continued")

@@ -130,6 +130,12 @@ class FeatureMap(nn.Module):
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
         return self.phi(k)
 
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor):
+        """``(map_q, map_k)``: callables giving the features of tokens ``start:stop`` (for
+        :func:`attnbench.ops.linear_attention_blocked`). Maps with sequence statistics (MirrorLA) override this to
+        compute the statistics once."""
+        return (lambda s, e: self.phi_q(q[:, :, s:e])), (lambda s, e: self.phi_k(k[:, :, s:e]))
+
     # The reference forms default to the same maps; a map whose fast form differs (a prefix statistic computed
     # by cumulative sums, a fused kernel) overrides these with the plain math.
     def phi_q_reference(self, q: torch.Tensor) -> torch.Tensor:
@@ -145,24 +151,24 @@ class FeatureMapAttention(Attention):
     The normaliser uses means (``S = mean_i phi(k_i)^T v_i``, ``z = mean_i phi(k_i)``, over i <= t when causal),
     which equals the sum form with ``eps`` measured relative to a mean score, as the released PolaFormer and
     NaLaFormer code do. ``reference`` materialises the N x N scores; ``torch`` runs the associative
-    (bidirectional) or chunked (causal) form of :mod:`attnbench.ops.linear_attention`.
+    (bidirectional) or chunked (causal) form of :mod:`attnbench.ops.linear_attn`, computing the features block
+    by block (:func:`~attnbench.ops.linear_attn.linear_attention_blocked`).
     """
 
     feature_map_cls: ClassVar[type[FeatureMap]]
     impls = ("reference", "torch")
     eps: float = 1e-6
-    chunk_size: int = 64
+    chunk_size: int = 64        # causal chunk (the masked quadratic part)
+    block_size: int = 2048      # tokens whose features are computed at once (cache-sized; tests make it small)
 
     def make_feature_map(self, **options) -> FeatureMap:
         return self.feature_map_cls(heads=self.heads, head_dim=self.head_dim, causal=self.causal, **options)
-
-    def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.feature_map.phi_q(q), self.feature_map.phi_k(k)
 
     def forward_reference(self, q, k, v):
         fq, fk = self.feature_map.phi_q_reference(q), self.feature_map.phi_k_reference(k)
         return la.linear_attention_reference(fq, fk, v, causal=self.causal, eps=self.eps)
 
     def forward_torch(self, q, k, v):
-        fq, fk = self.features(q, k)
-        return la.linear_attention(fq, fk, v, causal=self.causal, eps=self.eps, chunk_size=self.chunk_size)
+        map_q, map_k = self.feature_map.block_maps(q, k)
+        return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
+                                           chunk_size=self.chunk_size, block_size=self.block_size)

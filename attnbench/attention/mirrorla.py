@@ -66,11 +66,10 @@ class MirrorFeatureMap(FeatureMap):
         """Eq. 18 on ``[B, H, N, d]``: one reflection of each token's H*d channel vector."""
         if not self.cross_head:
             return x
-        B, H, N, D = x.shape
-        u = F.normalize(self.mirror.to(x.dtype), dim=0)                              # [H*d]
-        flat = x.transpose(1, 2).reshape(B, N, H * D)                                # [B, N, H*d]
-        flat = flat - 2.0 * (flat @ u).unsqueeze(-1) * u
-        return flat.reshape(B, N, H, D).transpose(1, 2)                              # [B, H, N, d]
+        H, D = x.shape[1], x.shape[3]
+        u = F.normalize(self.mirror.to(x.dtype), dim=0).view(H, 1, D)                # [H, 1, d]
+        proj = (x @ u.transpose(-1, -2)).sum(1, keepdim=True)                        # [B, 1, N, 1] = <x_t, u_c>
+        return x - 2.0 * proj * u                                                    # [B, H, N, d]
 
     def reflect_blocks(self, x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
         """Eq. 9 / Algorithm 1: ``x_m - 2 <x_m, u_m> u_m`` per pair; angles broadcast to ``[B, H, N, d/2]``."""
@@ -123,6 +122,21 @@ class MirrorFeatureMap(FeatureMap):
 
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return self._phi(x, self.block_variance)
+
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor):
+        """The sequence statistics are computed once per input; blocks then only reflect and rectify."""
+        return self._block_map(q), self._block_map(k)
+
+    def _block_map(self, x: torch.Tensor):
+        if not self.variance_aware:
+            return lambda s, e: self._phi(x[:, :, s:e], None)
+        var = self.block_variance(self.reflect_heads(x))                             # [B, H, 1 or N, d/2]
+        per_token = var.shape[2] > 1
+
+        def block(s: int, e: int) -> torch.Tensor:
+            angles = self.modulate(var[:, :, s:e] if per_token else var)
+            return F.relu(self.reflect_blocks(self.reflect_heads(x[:, :, s:e]), angles))
+        return block
 
     def phi_q_reference(self, q: torch.Tensor) -> torch.Tensor:
         return self._phi(q, self.block_variance_reference)

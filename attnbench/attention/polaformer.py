@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import linear_attn as la
+from ..ops.elementwise import abs_pow
 from ..protocol import AttnbenchError, validate_qkv
 from ..registry import register_attention
 from .base import Attention
@@ -44,23 +45,23 @@ class PolaAttention(Attention):
     def check_inputs(self, q, k, v):
         validate_qkv(q, k, v, heads=self.heads, head_dim=self.head_dim, name=self.name, even_value_dim=True)
 
-    def features(self, q, k):
+    def features(self, q, k, power_of_abs=abs_pow):
         """(q_sim, q_opp, k_feat), each ``[B, H, N, 2D]``."""
         s = F.softplus(self.scale.to(q.dtype))                                       # [H, 1, D]
         p = 1.0 + self.alpha * torch.sigmoid(self.power.to(q.dtype))                 # [H, 1, D]
         q, k = q / s, k / s
-        q_pos, q_neg = F.relu(q).pow(p), F.relu(-q).pow(p)                           # [B, H, N, D]
-        k_pos, k_neg = F.relu(k).pow(p), F.relu(-k).pow(p)
+        q_pos, q_neg = power_of_abs(F.relu(q), p), power_of_abs(F.relu(-q), p)       # [B, H, N, D]
+        k_pos, k_neg = power_of_abs(F.relu(k), p), power_of_abs(F.relu(-k), p)
         return (torch.cat([q_pos, q_neg], -1), torch.cat([q_neg, q_pos], -1), torch.cat([k_pos, k_neg], -1))
 
-    def _attend(self, q, k, v, op):
-        q_sim, q_opp, kf = self.features(q, k)
+    def _attend(self, q, k, v, op, power_of_abs=abs_pow):
+        q_sim, q_opp, kf = self.features(q, k, power_of_abs)
         v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
         return torch.cat([op(q_sim, kf, v_sim), op(q_opp, kf, v_opp)], dim=-1)
 
     def forward_reference(self, q, k, v):
         return self._attend(q, k, v, lambda a, b, c: la.linear_attention_reference(
-            a, b, c, causal=self.causal, eps=self.eps))
+            a, b, c, causal=self.causal, eps=self.eps), power_of_abs=lambda x, p: x.pow(p))
 
     def forward_torch(self, q, k, v):
         return self._attend(q, k, v, lambda a, b, c: la.linear_attention(

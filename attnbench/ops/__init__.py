@@ -3,6 +3,7 @@
 from .linear_attn import (
     linear_attention,
     linear_attention_bidirectional,
+    linear_attention_blocked,
     linear_attention_chunked,
     linear_attention_recurrent,
     linear_attention_reference,
@@ -11,6 +12,7 @@ from .linear_attn import (
 __all__ = [
     "linear_attention",
     "linear_attention_bidirectional",
+    "linear_attention_blocked",
     "linear_attention_chunked",
     "linear_attention_recurrent",
     "linear_attention_reference",

@@ -15,6 +15,8 @@ sum ``phi_q_t . S_t`` (SteLLA scales it by constants instead).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -72,8 +74,14 @@ def linear_attention_bidirectional(fq: torch.Tensor, fk: torch.Tensor, v: torch.
 
 
 def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                             eps: float = 1e-6, chunk_size: int = 64) -> torch.Tensor:
-    """Causal chunked form: masked quadratic attention inside each chunk plus the state carried from before it."""
+                             eps: float = 1e-6, chunk_size: int = 64, initial_state=None, offset: int = 0,
+                             output_final_state: bool = False):
+    """Causal chunked form: masked quadratic attention inside each chunk plus the state carried from before it.
+
+    ``initial_state = (S0 [B, H, M, D], z0 [B, H, M])`` continues a sequence whose first ``offset`` tokens made
+    that state (positions, hence the counts c_t, continue from ``offset``). With ``output_final_state`` the
+    result is ``(o, (S, z))``.
+    """
     B, H, N, M = fq.shape
     D = v.shape[-1]
     C = max(1, min(chunk_size, N))
@@ -85,16 +93,76 @@ def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor
     fk = fk.reshape(B, H, n, C, M)
     vc = v.reshape(B, H, n, C, D)
     kv = fk.transpose(-1, -2) @ vc                                            # [B, H, n, M, D] per-chunk states
-    S = F.pad(kv.cumsum(2)[:, :, :-1], (0, 0, 0, 0, 1, 0))                    # state before each chunk
+    S = kv.cumsum(2)                                                          # inclusive prefix over chunks
+    S_before = F.pad(S[:, :, :-1], (0, 0, 0, 0, 1, 0))                        # state before each chunk
+    if initial_state is not None:
+        S_before = S_before + initial_state[0].unsqueeze(2)
     scores = (fq @ fk.transpose(-1, -2)).tril()                               # [B, H, n, C, C]
-    num = fq @ S + scores @ vc                                                # [B, H, n, C, D]
-    if normalize:
+    num = fq @ S_before + scores @ vc                                         # [B, H, n, C, D]
+    z_last = None
+    if normalize or output_final_state:
         zk = fk.sum(-2)                                                       # [B, H, n, M]
-        z = F.pad(zk.cumsum(2)[:, :, :-1], (0, 0, 1, 0)).unsqueeze(-1)        # [B, H, n, M, 1]
-        den = fq @ z + scores.sum(-1, keepdim=True)                           # [B, H, n, C, 1]
-        c = _counts(n * C, True, num).reshape(n, C, 1)
+        z = zk.cumsum(2)
+        z_before = F.pad(z[:, :, :-1], (0, 0, 1, 0))
+        if initial_state is not None:
+            z_before = z_before + initial_state[1].unsqueeze(2)
+        z_last = z_before[:, :, -1] + zk[:, :, -1]
+    if normalize:
+        den = fq @ z_before.unsqueeze(-1) + scores.sum(-1, keepdim=True)      # [B, H, n, C, 1]
+        c = _counts(offset + n * C, True, num)[offset:].reshape(n, C, 1)
         num = (num / c) / (den / c + eps)
-    return num.reshape(B, H, n * C, D)[:, :, :N]
+    out = num.reshape(B, H, n * C, D)[:, :, :N]
+    if not output_final_state:
+        return out
+    S_last = S[:, :, -1] + (initial_state[0] if initial_state is not None else 0)
+    return out, (S_last, z_last)
+
+
+def _grad_needed(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor], map_k: Callable[[int, int], torch.Tensor],
+                             v: torch.Tensor, *, causal: bool = False, normalize: bool = True, eps: float = 1e-6,
+                             chunk_size: int = 64, block_size: int = 2048) -> torch.Tensor:
+    """Linear attention whose feature maps are computed block by block and never held for the whole sequence.
+
+    ``map_q(start, stop)`` / ``map_k(start, stop)`` return the features of tokens ``start:stop``
+    (``[B, H, stop - start, M]``). Bidirectional: one pass over key blocks accumulates S and z, one pass over
+    query blocks applies them. Causal: blocks run in order, each through the chunked form with the carried state.
+    Same math as :func:`linear_attention`; the blocks keep the elementwise work in cache and the peak memory at
+    the inputs, the output and O(block) temporaries.
+    """
+    n = v.shape[-2]
+    bounds = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
+    if causal:
+        state, outs = None, []
+        for s, e in bounds:
+            o, state = linear_attention_chunked(map_q(s, e), map_k(s, e), v[:, :, s:e], normalize=normalize,
+                                                eps=eps, chunk_size=chunk_size, initial_state=state, offset=s,
+                                                output_final_state=True)
+            outs.append(o)
+        return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+    grad = _grad_needed(v)
+    kv, z = None, None
+    for s, e in bounds:
+        fk = map_k(s, e)                                                      # [B, H, b, M]
+        grad = grad or _grad_needed(fk)
+        kv_b = fk.transpose(-1, -2) @ v[:, :, s:e]                            # [B, H, M, D]
+        z_b = fk.sum(-2, keepdim=True)                                        # [B, H, 1, M]
+        kv = kv_b if kv is None else (kv + kv_b if grad else kv.add_(kv_b))
+        z = z_b if z is None else (z + z_b if grad else z.add_(z_b))
+    if normalize:
+        kv, z_col = kv / n, (z / n).transpose(-1, -2)                          # [B, H, M, D], [B, H, M, 1]
+    outs = []
+    for s, e in bounds:
+        fq = map_q(s, e)
+        num = fq @ kv                                                         # [B, H, b, D]
+        if normalize:
+            den = fq @ z_col                                                  # [B, H, b, 1]
+            num = num / (den + eps) if grad or _grad_needed(fq) else num.div_(den.add_(eps))
+        outs.append(num)
+    return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
 
 
 def linear_attention(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -1,0 +1,47 @@
+"""Elementwise pieces shared by several feature maps, faster than the generic ATen path on the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Reduce a broadcast gradient back to ``shape``."""
+    while grad.dim() > len(shape):
+        grad = grad.sum(0)
+    for i, size in enumerate(shape):
+        if size == 1 and grad.shape[i] != 1:
+            grad = grad.sum(i, keepdim=True)
+    return grad
+
+
+class _AbsPow(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        a = x.abs()
+        y = torch.exp(torch.log(a) * p)            # |x|^p; log(0) = -inf gives exactly 0 for p > 0
+        ctx.save_for_backward(x, p, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, p, y = ctx.saved_tensors
+        nz = x != 0
+        gx = gp = None
+        if ctx.needs_input_grad[0]:                # d|x|^p/dx = p |x|^p / x (0 at x = 0, p > 1)
+            gx = torch.where(nz, grad * p * y / torch.where(nz, x, torch.ones_like(x)), torch.zeros_like(x))
+        if ctx.needs_input_grad[1]:                # d|x|^p/dp = |x|^p log|x| (0 at x = 0)
+            logs = torch.log(torch.where(nz, x.abs(), torch.ones_like(x)))
+            gp = _sum_to(grad * y * logs, p.shape)
+        return gx, gp
+
+
+def abs_pow(x: torch.Tensor, p: torch.Tensor | float) -> torch.Tensor:
+    """``|x| ** p`` for exponents p > 0 (a tensor broadcasting against x, or a float), as exp(p log|x|).
+
+    ATen's ``pow`` with a tensor exponent is an order of magnitude slower on the CPU than exp/log; gradients are
+    exact, with the limits at x = 0 (0 for both x and p when p > 1) instead of NaN.
+    """
+    if not isinstance(p, torch.Tensor):
+        p = torch.tensor(float(p), dtype=x.dtype, device=x.device)
+    return _AbsPow.apply(x, p)
