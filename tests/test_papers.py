@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import attnbench
-from attnbench.attention.laplacian import laplace_kernel, newton_schulz_pinv
+from attnbench.attention.laplacian import laplace_kernel
+from attnbench.ops.nystrom import newton_schulz_pinv
 
 
 def randn(*shape, seed=0, scale=1.0):

@@ -4,44 +4,18 @@ pseudo-inverse and an injective (whitened) normalisation."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from ..ops.nystrom import NS_SCALINGS, newton_schulz_pinv, segment_means
 from ..protocol import AttnbenchError
 from ..registry import register_attention
 from .base import Attention
 
 PAPER = "Feng et al. 2026 (LaplacianFormer, ICLR)"
-NS_SCALINGS = ("norm1inf", "soft")
 
 
 def laplace_kernel(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
     """k(x, y) = exp(-||x - y||_1 / lam) (Sec. 3): ``[B, H, N, d] x [B, H, M, d] -> [B, H, N, M]``."""
     return torch.exp(-torch.cdist(x, y, p=1) / lam)
-
-
-def newton_schulz_pinv(W: torch.Tensor, *, iters: int = 20, scaling: str = "norm1inf",
-                       ridge: float = 0.0) -> torch.Tensor:
-    """Moore–Penrose pseudo-inverse of ``[..., m, m]`` matrices by Newton–Schulz (Sec. 4.2):
-    ``X_{k+1} = X_k (2I - P X_k)``, ``X_0 = alpha P^T``, ``P = W + ridge * I``.
-
-    ``scaling`` chooses alpha: ``"norm1inf"``: ``1 / (||P||_1 ||P||_inf)`` (<= 1/||P||_2^2, so the
-    iteration converges for any P, symmetric or not); ``"soft"``: the released CUDA code's
-    ``1.8 / max_rowsum(W)^2`` (valid for symmetric PSD W, as SOFT). The paper's printed ``alpha = 2/||W||_2``
-    does not guarantee ``||I - alpha W W^T|| < 1`` and is not offered. Gradients flow through the iterations.
-    """
-    if scaling not in NS_SCALINGS:
-        raise AttnbenchError(f"laplacian: option 'ns_scaling' must be one of {NS_SCALINGS}, got {scaling!r}")
-    m = W.shape[-1]
-    eye = torch.eye(m, dtype=W.dtype, device=W.device)
-    P = W + ridge * eye if ridge else W
-    if scaling == "norm1inf":
-        alpha = 1.0 / (P.abs().sum(-2).amax(-1) * P.abs().sum(-1).amax(-1))          # [...]
-    else:
-        alpha = 1.8 / W.sum(-1).amax(-1).pow(2)
-    X = alpha[..., None, None] * P.transpose(-1, -2)                                  # [..., m, m]
-    for _ in range(iters):
-        X = X @ (2 * eye - P @ X)
-    return X
 
 
 @register_attention
@@ -84,14 +58,8 @@ class LaplacianAttention(Attention):
 
     def _nystrom(self, q, k):
         """(C, W^+, R): ``k(Q, K~) [B,H,N,m]``, the NS inverse ``[B,H,m,m]``, ``k(Q~, K) [B,H,m,N]``."""
-        n = q.shape[-2]
-        m = min(self.landmarks, n)
-
-        def pool(x):  # segment means: [B, H, N, d] -> [B, H, m, d]
-            return F.adaptive_avg_pool1d(x.flatten(0, 1).transpose(1, 2), m).transpose(1, 2).reshape(
-                *x.shape[:2], m, x.shape[-1])
-
-        q_l, k_l = pool(q), pool(k)
+        m = min(self.landmarks, q.shape[-2])
+        q_l, k_l = segment_means(q, m), segment_means(k, m)                          # [B, H, m, d]
         C = laplace_kernel(q, k_l, self.lam)                                         # [B, H, N, m]  Eq. 8
         W = laplace_kernel(q_l, k_l, self.lam)                                       # [B, H, m, m]  Eq. 9
         R = laplace_kernel(q_l, k, self.lam)                                         # [B, H, m, N]
