@@ -67,6 +67,149 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
     console.print(f"[green]all {len(rows)} checks agree with their references[/]")
 
 
+# --- results: the scaling suite, the store, tables, plots, exports (suites/scaling, store.py, report.py) ---------
+DB_HELP = "results store (default: $ATTNBENCH_DB, else results/attnbench.db at the project root)"
+
+
+@run_app.command("scaling")
+def run_scaling_cmd(
+    attn: Optional[str] = typer.Option(None, "--attn", help="comma-separated attentions (default: the preset's)"),
+    seq: Optional[str] = typer.Option(None, "--seq", help="sequence lengths, e.g. 1k,4k,16k,64k"),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fwd, fwd+bwd, or both comma-separated"),
+    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="force every point causal / "
+                                          "bidirectional (default: the preset's)"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="comma-separated: fp32, bf16, fp16, fp64"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda"),
+    heads: Optional[int] = typer.Option(None, "--heads"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim"),
+    batch: Optional[int] = typer.Option(None, "--batch"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per point (0: all cores)"),
+    preset: str = typer.Option("cpu-default", "--preset", help="embedded preset name or a .toml path"),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="seconds per point before it is "
+                                                "killed and recorded as timeout"),
+    mem_budget: Optional[float] = typer.Option(None, "--mem-budget", help="GiB of address space per point "
+                                               "(past it: oom)"),
+    force: bool = typer.Option(False, "--force", help="re-measure points already finished in the store"),
+) -> None:
+    """Time, peak memory and FLOPs of each attention as N grows, gated on correctness; resumable."""
+    import sys
+
+    from .suites.scaling import run_cli
+
+    try:
+        result = run_cli(attn=split_names(attn) or None, seq=seq, mode=mode, causal=causal, dtype=dtype,
+                         device=device, heads=heads, head_dim=head_dim, batch=batch, threads=threads,
+                         preset=preset, db=db, time_budget=time_budget, mem_budget_gb=mem_budget, force=force,
+                         console=console, argv=sys.argv)
+    except (AttnbenchError, ValueError) as e:
+        fail(str(e))
+    if result.interrupted:
+        raise typer.Exit(code=130)
+
+
+@app.command("table")
+def table_cmd(suite: str = typer.Argument(..., help="scaling, lra, ..."),
+              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+              setting: Optional[str] = typer.Option(None, "--setting", help="only this setting"),
+              committed: bool = typer.Option(True, "--committed/--no-committed",
+                                             help="show the committed reference results (results/<suite>/)")) -> None:
+    """Leaderboard of a suite from the store, beside the committed reference results."""
+    from . import report
+
+    try:
+        report.table(suite, db=db, setting=setting, committed=committed, console=console)
+    except (AttnbenchError, ValueError) as e:
+        fail(str(e))
+
+
+@app.command("plot")
+def plot_cmd(suite: str = typer.Argument(..., help="scaling"),
+             out: Optional[str] = typer.Option(None, "--out", help="directory (default: results/plots)"),
+             db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+             source: str = typer.Option("auto", "--source", help="store, committed, all, or auto (the store if "
+                                        "it has results, else the committed ones)")) -> None:
+    """Log-log PNGs of time and memory against N, one line per attention."""
+    from . import report
+
+    try:
+        paths = report.plot(suite, out=out, db=db, source=source)
+    except (AttnbenchError, ValueError) as e:
+        fail(str(e))
+    if not paths:
+        fail(f"nothing to plot for {suite!r}: run `attnbench run {suite}` first")
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command("export")
+def export_cmd(fmt: str = typer.Option(..., "--format", help="csv, jsonl or markdown"),
+               suite: Optional[str] = typer.Option(None, "--suite"),
+               setting: Optional[str] = typer.Option(None, "--setting"),
+               run: Optional[str] = typer.Option(None, "--run", help="a run id (prefix) or 'latest'"),
+               out: Optional[str] = typer.Option(None, "--out", help="file (default: stdout)"),
+               label: str = typer.Option("exported results", "--label", help="markdown: what these results are"),
+               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)) -> None:
+    """Export measurements from the store (csv and jsonl: every record; markdown: the leaderboard)."""
+    from . import report
+
+    try:
+        records = report.select(db=db, suite=suite, setting=setting, run=run)
+        text = report.export(records, fmt, out, suite=suite, label=label)
+    except (AttnbenchError, ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    if out:
+        console.print(f"wrote {len(records)} record(s) to {out}")
+    else:
+        typer.echo(text, nl=False)
+
+
+@app.command("ingest")
+def ingest_cmd(file: str = typer.Argument(..., help="a pytest-benchmark JSON (--benchmark-json or .benchmarks/), "
+                                           "or a .jsonl export of another store"),
+               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)) -> None:
+    """Bring a pytest-benchmark JSON (or another store's jsonl export) into the store."""
+    from .store import Store, ingest
+
+    try:
+        with Store(db) as store:
+            message = ingest(file, store)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    console.print(message)
+
+
+@run_app.command("lra")
+def run_lra_cmd(
+    attn: str = typer.Option(..., "--attn", help="comma-separated attentions, e.g. nala,mirrorla,polaformer"),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="comma-separated of listops, text, retrieval, image, "
+                                        "pathfinder (default: the preset's; tasks without data are skipped)"),
+    preset: Optional[str] = typer.Option(None, "--preset", help="tiny, skyformer or a .toml path (default: tiny "
+                                         "without --data-dir, skyformer with it)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory holding the real data (LRA release, "
+                                           "aclImdb/, cifar-10-batches-py/)"),
+    seed: int = typer.Option(0, "--seed", help="model init, data order and dropout"),
+    force: bool = typer.Option(False, "--force", help="rerun cells already finished in the store (from scratch)"),
+    nproc: int = typer.Option(1, "--nproc", help="data-parallel processes under torchrun (DDP; gloo on CPU)"),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints and generated data "
+                                      "(default: results/runs/lra)"),
+) -> None:
+    """Train and evaluate attentions on the Long Range Arena; resumable; prints the leaderboard."""
+    import sys
+
+    from .suites.lra.train import run_cli as run_lra_cli
+
+    try:
+        rc = run_lra_cli(attentions=split_names(attn), tasks=[t.strip() for t in tasks.split(",") if t.strip()]
+                         if tasks else None, preset=preset, data_dir=data_dir, seed=seed, force=force, nproc=nproc,
+                         db=db, out=out, console=console, argv=sys.argv)
+    except (AttnbenchError, ValueError) as e:
+        fail(str(e))
+    if rc:
+        raise typer.Exit(code=rc)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,38 @@
+"""Options of the attnbench micro-benchmarks (``pytest benchmarks``); each has an environment variable too."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+OPTIONS = {
+    # option: (environment variable, default, help)
+    "--attn-seq": ("ATTNBENCH_BENCH_SEQ", "1k,4k", "comma-separated sequence lengths, e.g. 1k,4k,16k,64k"),
+    "--attn-names": ("ATTNBENCH_BENCH_ATTN", "", "comma-separated attentions (default: every registered one)"),
+    "--attn-mode": ("ATTNBENCH_BENCH_MODE", "fwd", "fwd or fwd+bwd"),
+    "--attn-causal": ("ATTNBENCH_BENCH_CAUSAL", "0", "1: causal forms (bidirectional-only mechanisms skip)"),
+    "--attn-dtype": ("ATTNBENCH_BENCH_DTYPE", "fp32", "fp32, bf16, fp16 or fp64"),
+    "--attn-shape": ("ATTNBENCH_BENCH_SHAPE", "1,4,64", "batch,heads,head_dim"),
+    "--attn-threads": ("ATTNBENCH_BENCH_THREADS", "1", "torch threads (0: torch's default, all cores)"),
+}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attnbench", "attnbench micro-benchmarks")
+    for opt, (env, default, help_) in OPTIONS.items():
+        group.addoption(opt, default=None, help=f"{help_} (env {env}; default {default!r})")
+
+
+def bench_option(config, opt: str) -> str:
+    """Command-line option, else its environment variable, else the default."""
+    env, default, _ = OPTIONS[opt]
+    value = config.getoption(opt.lstrip("-").replace("-", "_"))
+    if value is None:
+        value = os.environ.get(env, default)
+    return value
+
+
+def pytest_configure(config):
+    # resolved once; the test module reads config.attnbench_bench (no import of this conftest needed)
+    config.attnbench_bench = {opt.lstrip("-")[5:]: bench_option(config, opt) for opt in OPTIONS}

@@ -1,0 +1,360 @@
+"""The scaling sweep: every (attention, mode, causal, dtype, N) point measured in its own child process.
+
+For each point, in a fresh child (:func:`attnbench.bench.run_in_child`): the correctness gate at a small shape
+(status ``incorrect``, no timing, if it fails), the peak memory of the first call at N, the FLOPs of one call,
+then warm-up and repeated timing (:func:`attnbench.bench.measure_point`). The parent records one measurement
+per point in the store as soon as the point ends, so Ctrl-C or a kill loses only the point in flight, and a
+re-run skips the points already finished (``force`` measures them again).
+
+A point that runs out of memory or over its time budget is recorded ``oom`` / ``timeout`` and the sweep goes
+on; larger N of the same (attention, task, dtype) are then recorded ``skipped`` (not attempted) instead of
+spending the budget again. A mechanism that has no form for the request (a bidirectional-only mechanism asked
+for causal) is recorded ``unsupported``.
+
+Test hook: ``inject`` (or the environment variable ``ATTNBENCH_INJECT``) is a comma-separated list of
+``kind:attention:N[:mode]`` with kind ``oom``, ``timeout`` or ``fail``: that point's child raises an
+out-of-memory error, sleeps past its budget, or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import warnings
+from typing import Any, Iterable
+
+from attnbench import bench, provenance, registry
+from attnbench.protocol import AttnbenchError
+from attnbench.store import Measurement, Store, point_hash
+
+from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
+
+SUITE = "scaling"
+INJECT_ENV = "ATTNBENCH_INJECT"
+INJECT_KINDS = ("oom", "timeout", "fail")
+
+
+@dataclasses.dataclass
+class Point:
+    attention: str
+    mode: str
+    causal: bool
+    seq_len: int
+    dtype: str
+    options: dict[str, Any]
+
+    @property
+    def task(self) -> str:
+        return task_name(self.mode, self.causal)
+
+    def label(self) -> str:
+        return f"{self.attention} {self.task} N={self.seq_len} {self.dtype}"
+
+
+@dataclasses.dataclass
+class ScalingPlan:
+    """A resolved sweep: the preset after command-line overrides, the setting name and the points."""
+
+    preset: ScalingPreset
+    setting: str
+    attentions: list[str]
+    missing: list[str]          # preset names not registered (skipped with a warning)
+    threads: int
+    points: list[Point]
+
+    def params(self, p: Point) -> dict[str, Any]:
+        return {"seq_len": p.seq_len, "mode": p.mode, "causal": p.causal, "batch": self.preset.batch,
+                "heads": self.preset.heads, "head_dim": self.preset.head_dim, "threads": self.threads}
+
+    def point_hash(self, p: Point) -> str:
+        return point_hash(suite=SUITE, setting=self.setting, task=p.task, attention=p.attention, options=p.options,
+                          params=self.params(p), dtype=p.dtype, device=self.preset.device)
+
+    def config(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.preset), "attentions": self.attentions, "setting": self.setting,
+                "threads": self.threads}
+
+
+def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *, attentions: Iterable[str] | None = None,
+                 seq: Iterable[int | str] | None = None, modes: Iterable[str] | None = None,
+                 causal: bool | None = None, dtypes: Iterable[str] | None = None, device: str | None = None,
+                 batch: int | None = None, heads: int | None = None, head_dim: int | None = None,
+                 threads: int | None = None, time_budget: float | None = None,
+                 mem_budget_gb: float | None = None) -> ScalingPlan:
+    """Apply command-line overrides to a preset and list the points.
+
+    ``attentions`` replaces the preset's list (every name must be registered; the preset's own names that are
+    not registered yet are skipped with a warning). ``seq`` replaces the sequence lengths of every grid entry;
+    ``modes`` keeps only those modes (a mode the preset lacks gets an entry with the first entry's lengths);
+    ``causal`` True/False makes every entry causal/bidirectional. Overriding the batch, heads, head size or
+    threads changes the setting name (``scaling/<preset>[h8,d128]``): those numbers are not comparable.
+    """
+    p = load_preset(preset) if isinstance(preset, str) else preset
+    over: dict[str, Any] = {}
+    for key, val in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("threads", threads)):
+        if val is not None and val != getattr(p, key):
+            over[key] = val
+    changes: dict[str, Any] = dict(over)
+    if dtypes is not None:
+        changes["dtypes"] = list(dtypes)
+    if device is not None:
+        changes["device"] = device
+    if time_budget is not None:
+        changes["time_budget"] = float(time_budget)
+    if mem_budget_gb is not None:
+        changes["mem_budget_gb"] = float(mem_budget_gb)
+    grid = list(p.grid)
+    if modes is not None:
+        modes = list(modes)
+        by_mode = {g.mode: g for g in grid}
+        grid = [g for g in grid if g.mode in modes]
+        for m in modes:
+            if m not in by_mode:
+                grid.append(Grid(mode=m, seq=list(p.grid[0].seq), causal=p.grid[0].causal))
+    if causal is not None:
+        seen, fixed = set(), []
+        for g in grid:
+            if g.mode not in seen:
+                seen.add(g.mode)
+                fixed.append(Grid(mode=g.mode, seq=list(g.seq), causal=causal))
+        grid = fixed
+    if seq is not None:
+        lengths = [parse_seq(s) for s in seq]
+        grid = [Grid(mode=g.mode, seq=list(lengths), causal=g.causal) for g in grid]
+    changes["grid"] = grid
+    p = dataclasses.replace(p, **changes)
+    if p.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise AttnbenchError(f"--device {p.device}: torch.cuda.is_available() is False here")
+    elif p.device != "cpu":
+        raise AttnbenchError(f"--device must be 'cpu' or 'cuda[:i]', got {p.device!r}")
+
+    known = set(registry.names())
+    if attentions is not None:
+        names = list(attentions)
+        for n in names:
+            registry.get_attention(n)  # did-you-mean on a typo
+        missing: list[str] = []
+    else:
+        names = [n for n in p.attentions if n in known]
+        missing = [n for n in p.attentions if n not in known]
+        if missing:
+            warnings.warn(f"preset {p.name!r}: not registered (yet), skipped: {', '.join(missing)}", stacklevel=2)
+    setting = f"{SUITE}/{p.name}"
+    if over:
+        short = {"batch": "b", "heads": "h", "head_dim": "d", "threads": "t"}
+        setting += "[" + ",".join(f"{short[k]}{v}" for k, v in over.items()) + "]"
+    import torch
+
+    n_threads = p.threads or torch.get_num_threads()
+    points = []
+    for g in p.grid:
+        for dtype in p.dtypes:
+            for n in g.seq:
+                for name in names:
+                    points.append(Point(attention=name, mode=g.mode, causal=g.causal, seq_len=n, dtype=dtype,
+                                        options=dict(p.options.get(name, {}))))
+    return ScalingPlan(preset=p, setting=setting, attentions=names, missing=missing, threads=n_threads,
+                       points=points)
+
+
+def parse_inject(spec: str | None) -> dict[tuple, str]:
+    """``"oom:softmax:4096,timeout:linear:1k:fwd"`` -> ``{("softmax", 4096, None): "oom", ...}``."""
+    out: dict[tuple, str] = {}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        parts = item.strip().split(":")
+        if len(parts) not in (3, 4) or parts[0] not in INJECT_KINDS:
+            raise AttnbenchError(f"bad injection {item!r}: expected kind:attention:N[:mode], kind in {INJECT_KINDS}")
+        mode = parts[3] if len(parts) == 4 else None
+        out[(parts[1], parse_seq(parts[2]), mode)] = parts[0]
+    return out
+
+
+@dataclasses.dataclass
+class ScalingResult:
+    run_id: str
+    setting: str
+    records: list[Measurement]
+    resumed: int                    # points skipped because the store already had them finished
+    interrupted: bool = False
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.records:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (``kill``) behaves like Ctrl-C: the point in flight is recorded ``interrupted``."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _summary_line(m: Measurement) -> str:
+    from rich.markup import escape
+
+    if m.status != "ok":
+        why = (m.error or "").strip().splitlines()
+        return f"[yellow]{m.status}[/]" + (f" ({escape(why[-1][:120])})" if why else "")
+    from attnbench.report import fmt_bytes, fmt_time
+
+    mt = m.metrics
+    med, iqr = mt.get("time_median_s"), mt.get("time_iqr_s") or 0.0
+    mem = mt.get("peak_mem_bytes")
+    gf = mt.get("gflops")
+    parts = [f"[green]ok[/] {fmt_time(med)} ±{100 * iqr / med if med else 0:.0f}%"]
+    if mem is not None:
+        parts.append(fmt_bytes(mem))
+    if gf:
+        parts.append(f"{gf:.3g} GFLOP/s")
+    return " · ".join(parts)
+
+
+def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject: str | None = None,
+                console=None, progress: bool = True, argv: list[str] | None = None,
+                child: bool = True) -> ScalingResult:
+    """Measure every point of ``plan`` into ``store``; returns the new records.
+
+    ``child=False`` measures in this process (no memory isolation, no time limit; for debugging only).
+    Ctrl-C (or SIGTERM) records the point in flight as ``interrupted``, marks the run interrupted and returns
+    with ``interrupted=True``; every finished point is already in the store.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = console or Console(stderr=True)
+    injected = parse_inject(inject if inject is not None else os.environ.get(INJECT_ENV))
+    pre = plan.preset
+    mem_budget = int(pre.mem_budget_gb * 2**30) if pre.mem_budget_gb and pre.device == "cpu" else None
+    hashes = {id(p): plan.point_hash(p) for p in plan.points}
+    done = set() if force else store.finished(SUITE, hashes.values())
+    failed_at: dict[tuple, tuple[int, str]] = {}
+    if not force:
+        for m in store.measurements(suite=SUITE, setting=plan.setting, status=("oom", "timeout")):
+            key = (m.attention, m.task, m.dtype)
+            n = int(m.params.get("seq_len", 0))
+            if key not in failed_at or n < failed_at[key][0]:
+                failed_at[key] = (n, m.status)
+    run = store.start_run(suite=SUITE, setting=plan.setting, config=plan.config(), device=pre.device,
+                          threads=plan.threads, argv=argv)
+    records: list[Measurement] = []
+    resumed = 0
+    interrupted = False
+    bar = Progress(TextColumn("[bold]scaling[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=console, disable=not progress, transient=False)
+    current: Point | None = None
+    started = None
+
+    def record(p: Point, status: str, *, impl=None, metrics=None, error=None, started_at=None) -> Measurement:
+        m = run.record(task=p.task, attention=p.attention, status=status, options=p.options, impl=impl,
+                       dtype=p.dtype, params=plan.params(p), metrics=metrics, seed=pre.seed, error=error,
+                       started_at=started_at)
+        store.add(m)
+        records.append(m)
+        return m
+
+    with _sigterm_as_interrupt(), bar:
+        job = bar.add_task("", total=len(plan.points))
+        try:
+            for p in plan.points:
+                if hashes[id(p)] in done:
+                    resumed += 1
+                    bar.advance(job)
+                    continue
+                current, started = p, provenance.now()
+                bar.update(job, description=p.label())
+                key = (p.attention, p.task, p.dtype)
+                desc = registry.describe(p.attention)
+                if (p.causal and not desc["causal"]) or (not p.causal and not desc["bidirectional"]):
+                    form = "causal" if p.causal else "bidirectional"
+                    m = record(p, "unsupported", error=f"{p.attention} has no {form} form", started_at=started)
+                elif key in failed_at and p.seq_len > failed_at[key][0]:
+                    n0, st = failed_at[key]
+                    m = record(p, "skipped", error=f"not attempted: N={n0} already ended {st}", started_at=started)
+                else:
+                    kind = injected.get((p.attention, p.seq_len, p.mode)) or injected.get((p.attention, p.seq_len, None))
+                    spec = bench.PointSpec(
+                        attention=p.attention, seq_len=p.seq_len, mode=p.mode, causal=p.causal, dtype=p.dtype,
+                        device=pre.device, batch=pre.batch, heads=pre.heads, head_dim=pre.head_dim,
+                        options=p.options, seed=pre.seed, threads=plan.threads, check_seq_len=pre.check.seq_len,
+                        rtol=pre.check.rtol, warmup_ms=pre.timing.warmup_ms, rep_ms=pre.timing.rep_ms,
+                        min_reps=pre.timing.min_reps, max_reps=pre.timing.max_reps, inject=kind)
+                    if child:
+                        out = bench.run_in_child(bench.measure_point, spec, timeout=pre.time_budget,
+                                                 mem_budget_bytes=mem_budget)
+                    else:
+                        out = bench.run_inline(bench.measure_point, spec)
+                    res = out.result or {}
+                    metrics = dict(res.get("metrics") or {})
+                    metrics["wall_s"] = round(out.wall_s, 3)
+                    m = record(p, out.status, impl=res.get("impl"), metrics=metrics, error=out.error,
+                               started_at=started)
+                    if out.status in ("oom", "timeout"):
+                        failed_at[key] = (p.seq_len, out.status)
+                current = None
+                bar.console.print(f"  {p.label():<44} {_summary_line(m)}")
+                bar.advance(job)
+        except KeyboardInterrupt:
+            interrupted = True
+            if current is not None:
+                record(current, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", started_at=started)
+    store.finish_run(run.run_id, "interrupted" if interrupted else "ok")
+    if resumed:
+        console.print(f"{resumed} point(s) already finished in {store.path} were skipped (--force re-measures)")
+    return ScalingResult(run_id=run.run_id, setting=plan.setting, records=records, resumed=resumed,
+                         interrupted=interrupted)
+
+
+def run_cli(*, attn: list[str] | None, seq: str | None, mode: str | None, causal: bool | None, dtype: str | None,
+            device: str | None, heads: int | None, head_dim: int | None, batch: int | None, preset: str,
+            db: str | None, time_budget: float | None, threads: int | None = None, force: bool = False,
+            mem_budget_gb: float | None = None, console=None, argv: list[str] | None = None,
+            show_table: bool = True) -> ScalingResult:
+    """What ``attnbench run scaling`` does: plan, sweep into the store, print the leaderboard of the setting."""
+    from rich.console import Console
+
+    from rich.markup import escape
+
+    from attnbench import report
+
+    from .config import parse_seq_list
+
+    console = console or Console()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = plan_scaling(preset, attentions=attn or None,
+                            seq=parse_seq_list(seq) if seq else None,
+                            modes=[m.strip() for m in mode.split(",") if m.strip()] if mode else None,
+                            causal=causal, dtypes=[d.strip() for d in dtype.split(",") if d.strip()] if dtype else None,
+                            device=device, batch=batch, heads=heads, head_dim=head_dim, threads=threads,
+                            time_budget=time_budget, mem_budget_gb=mem_budget_gb)
+    for w in caught:
+        console.print(f"[yellow]warning:[/] {w.message}")
+    with Store(db) as store:
+        console.print(f"[bold]{escape(plan.setting)}[/]: {len(plan.attentions)} attention(s) × {len(plan.points) // max(1, len(plan.attentions))} "
+                      f"point(s) → {store.path}")
+        result = run_scaling(plan, store, force=force, console=console, argv=argv)
+        if show_table:
+            recs = store.measurements(suite=SUITE, setting=plan.setting)
+            report.print_tables(SUITE, [report.Source(f"your runs ({store.path})", recs, committed=False)],
+                                console=console)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items())) or "nothing new"
+    console.print(f"run {result.run_id[:12]}: {counts}" + (" — [yellow]interrupted[/]" if result.interrupted else ""))
+    return result

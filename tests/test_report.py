@@ -1,0 +1,208 @@
+"""Views over the store: exponent fit, leaderboard, committed reference results, exports, plots, ingest."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+
+import pytest
+from rich.console import Console
+
+from attnbench import report
+from attnbench.store import Store, import_records, ingest_pytest_benchmark, read_jsonl, write_jsonl
+
+NS = [1024, 2048, 4096, 8192]
+
+
+def test_fit_exponent_on_synthetic_costs():
+    rng = random.Random(0)
+    for k in (1.0, 2.0, 1.5):
+        costs = [3e-7 * n ** k * math.exp(rng.gauss(0, 0.02)) for n in NS]
+        assert report.fit_exponent(NS, costs) == pytest.approx(k, abs=0.05)
+    assert report.fit_exponent(NS, [5.0] * 4) == pytest.approx(0.0, abs=1e-12)
+    assert report.fit_exponent([1024], [1.0]) is None
+    assert report.fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
+
+
+def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Test CPU") -> str:
+    """softmax ~N^2 (oom at the largest N), linear ~N: a synthetic sweep."""
+    env = {"device": "cpu", "device_name": device_name, "git_commit": "abc123", "git_dirty": False,
+           "packages": {"torch": "x"}}
+    run = store.start_run(suite="scaling", setting=setting, env=env)
+    recs = []
+    for name, k, mk in (("softmax", 2, 1), ("linear", 1, 1)):
+        for n in NS:
+            status = "oom" if (name == "softmax" and n == NS[-1]) else "ok"
+            metrics = {} if status != "ok" else {
+                "time_median_s": 1e-9 * n ** k, "time_iqr_s": 1e-10 * n ** k, "peak_mem_bytes": 100 * n ** mk,
+                "gflops": 10.0, "mem_method": "synthetic"}
+            recs.append(run.record(task="fwd/bidir", attention=name, status=status, impl="x", dtype="fp32",
+                                   params={"seq_len": n, "mode": "fwd", "causal": False}, metrics=metrics))
+    store.add_many(recs)
+    store.finish_run(run.run_id, "ok")
+    return run.run_id
+
+
+def test_scaling_board_exponents_ratios_and_order(tmp_db):
+    with Store() as s:
+        _populate(s)
+        recs = s.measurements()
+    (board,) = report.scaling_boards(recs)
+    assert board.ns == NS and board.title.startswith("scaling/syn · fwd/bidir · fp32 · cpu (Test CPU)")
+    sm, lin = board.rows
+    assert sm.label == "softmax" and lin.label == "linear"      # the baseline first
+    assert sm.time_exp == pytest.approx(2.0) and lin.time_exp == pytest.approx(1.0)
+    assert lin.mem_exp == pytest.approx(1.0)
+    assert board.ratio(lin, 4096, "time_median_s") == pytest.approx(1 / 4096)
+    assert board.ratio(lin, 8192, "time_median_s") is None       # softmax oom there
+    out = io.StringIO()
+    report.print_tables("scaling", [report.Source("your runs (x)", recs)], console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "oom" in text and "2.00" in text and "1.00" in text and "time —" in text and "peak memory —" in text
+
+
+def test_latest_record_per_point_wins(tmp_db):
+    with Store() as s:
+        _populate(s)
+        _populate(s)
+        recs = s.measurements()
+    assert len(recs) == 16 and len(report.latest(recs)) == 8
+    assert {r.run_id for r in report.latest(recs)} == {recs[-1].run_id}
+
+
+def test_exports(tmp_db, tmp_path):
+    with Store() as s:
+        _populate(s)
+        recs = s.measurements()
+    text = report.export(recs, "csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 8 and rows[0]["suite"] == "scaling" and "metrics.time_median_s" in rows[0]
+    assert json.loads(rows[0]["packages"]) == {"torch": "x"}
+    out = tmp_path / "e.jsonl"
+    report.export(recs, "jsonl", out)
+    assert [r.to_dict() for r in read_jsonl(out)] == [r.to_dict() for r in recs]
+    md = report.export(recs, "markdown", tmp_path / "e.md", label="committed reference results")
+    assert (tmp_path / "e.md").read_text() == md
+    assert "| attention | impl | N=1k |" in md and "| device | cpu (Test CPU) |" in md and "abc123" in md
+    assert "| softmax |" in md and "oom" in md
+    with pytest.raises(ValueError, match="format"):
+        report.export(recs, "xml")
+
+
+def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch):
+    proj = tmp_path / "checkout"
+    (proj / "results" / "scaling").mkdir(parents=True)
+    (proj / "pyproject.toml").write_text("")
+    monkeypatch.chdir(proj)
+    monkeypatch.delenv("ATTNBENCH_DB", raising=False)
+    monkeypatch.setattr(report, "PACKAGE_ROOT", tmp_path / "elsewhere")
+    # a fresh checkout: no database, only the committed export
+    with Store(tmp_path / "ref.db") as s:
+        run_id = _populate(s, device_name="Reference CPU")
+        write_jsonl(s.measurements(), proj / "results" / "scaling" / "cpu-reference.jsonl")
+    assert not (proj / "results" / "attnbench.db").exists()
+    out = io.StringIO()
+    assert report.table("scaling", console=Console(file=out, width=200)) == 2
+    text = out.getvalue()
+    assert "committed reference results" in text and "Reference CPU" in text
+    assert not (proj / "results" / "attnbench.db").exists()        # reading never creates a store
+    # the user runs something: both are shown, the user's labelled as theirs; the committed run not twice
+    with Store() as s:
+        _populate(s, setting="scaling/mine", device_name="My CPU")
+        other = run_id
+        # the committed run is in this store too (the reference was exported from it): shown once, as committed
+        assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (8, 0)
+        assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (0, 1)
+    sources = report.load_sources("scaling")
+    assert [src.committed for src in sources] == [True, False]
+    assert all(m.run_id != other for m in sources[1].records)
+    out = io.StringIO()
+    report.table("scaling", console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "committed reference results" in text and "your runs" in text and "My CPU" in text
+    paths = report.plot("scaling", out=tmp_path / "p", source="committed")
+    assert paths and all(p.name.startswith("cpu-reference-") for p in paths)
+
+
+def test_plots_written_and_non_empty(tmp_db, tmp_path):
+    with Store() as s:
+        _populate(s)
+        recs = s.measurements()
+    paths = report.plot_scaling(report.Source("x", recs), tmp_path / "plots")
+    assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+PB = {
+    "machine_info": {"node": "box", "processor": "x86_64", "machine": "x86_64", "python_version": "3.11.7",
+                     "cpu": {"brand_raw": "Bench CPU", "count": 2}},
+    "commit_info": {"id": "deadbeef", "dirty": True, "branch": "main"},
+    "datetime": "2026-01-02T03:04:05.000000+00:00",
+    "version": "5.3.1",
+    "benchmarks": [
+        {"group": "fwd/bidir fp32 N=1024", "name": "test_attention[N1024-linear]",
+         "fullname": "benchmarks/test_attention_bench.py::test_attention[N1024-linear]", "params": {},
+         "extra_info": {"attnbench": 1, "attention": "linear", "impl": "torch", "task": "fwd/bidir", "mode": "fwd",
+                        "causal": False, "seq_len": 1024, "batch": 1, "heads": 4, "head_dim": 64, "dtype": "fp32",
+                        "device": "cpu", "threads": 2, "flops": 2_000_000, "options": {}, "check_err": 1e-7,
+                        "check_tol": 1e-3, "packages": {"torch": "2.14.1"}},
+         "stats": {"min": 0.001, "max": 0.003, "mean": 0.0015, "stddev": 0.0002, "rounds": 20, "median": 0.0014,
+                   "iqr": 0.0003, "q1": 0.0012, "q3": 0.0015, "ops": 666.0, "total": 0.03, "iterations": 1}},
+        {"group": None, "name": "test_other", "fullname": "tests/x.py::test_other", "params": None, "extra_info": {},
+         "stats": {"min": 1.0, "max": 1.0, "mean": 1.0, "stddev": 0.0, "rounds": 1, "median": 1.0, "iqr": 0.0,
+                   "q1": 1.0, "q3": 1.0, "ops": 1.0, "total": 1.0, "iterations": 1}},
+    ],
+}
+
+
+def test_ingest_pytest_benchmark(tmp_db, tmp_path):
+    f = tmp_path / "pb.json"
+    f.write_text(json.dumps(PB))
+    with Store() as s:
+        run_id, n = ingest_pytest_benchmark(f, s)
+        assert n == 2
+        assert ingest_pytest_benchmark(f, s) == (run_id, 0)            # idempotent
+        (m,) = s.measurements(suite="scaling")
+        assert m.attention == "linear" and m.setting == "pytest-benchmark[b1,h4,d64]" and m.task == "fwd/bidir"
+        assert m.params["seq_len"] == 1024 and m.metrics["time_median_s"] == 0.0014
+        assert m.metrics["gflops"] == pytest.approx(2e6 / 0.0014 / 1e9)
+        assert m.git_commit == "deadbeef" and m.git_dirty and m.device_name == "Bench CPU"
+        assert m.packages["torch"] == "2.14.1" and m.source == "pytest-benchmark"
+        (o,) = s.measurements(suite="pytest-benchmark")
+        assert o.attention == "test_other"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with Store() as s, pytest.raises(ValueError, match="pytest-benchmark"):
+        ingest_pytest_benchmark(bad, s)
+
+
+def test_ingest_cli(tmp_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    f = tmp_path / "pb.json"
+    f.write_text(json.dumps(PB))
+    r = CliRunner().invoke(app, ["ingest", str(f)])
+    assert r.exit_code == 0 and "ingested 2" in r.output
+    r = CliRunner().invoke(app, ["export", "--format", "jsonl", "--suite", "scaling", "--run", "latest"])
+    assert r.exit_code == 0 and json.loads(r.output.splitlines()[0])["attention"] == "linear"
+
+
+def test_generic_view_for_other_suites(tmp_db):
+    # a suite without a view of its own (e.g. LRA before it registers one): best score per attention and task
+    with Store() as s:
+        run = s.start_run(suite="lra", setting="lra/tiny", env={"device": "cpu", "device_name": "CPU"})
+        s.add_many([run.record(task=t, attention=a, status=st, seed=seed, metrics={"score": sc}, dtype="fp32")
+                    for t, a, st, seed, sc in [("listops", "linear", "ok", 0, 0.30), ("listops", "linear", "ok", 1, 0.34),
+                                               ("listops", "softmax", "oom", 0, None), ("text", "linear", "ok", 0, 0.6)]])
+    out = io.StringIO()
+    assert report.table("lra", console=Console(file=out, width=200)) == 1
+    text = out.getvalue()
+    assert "lra/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
+    md = report.export(report.select(suite="lra"), "markdown")
+    assert "| linear | 0.34 ±0.0283 (n=2) | 0.6 (n=1) |" in md

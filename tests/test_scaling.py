@@ -1,0 +1,167 @@
+"""The scaling suite: presets, planning, the sweep (injected OOM and timeout, interruption, resume), the CLI."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import attnbench
+from attnbench import bench, registry
+from attnbench.store import Store
+from attnbench.suites import scaling
+from attnbench.suites.scaling import Grid, PresetError, ScalingPreset, Timing, load_preset, plan_scaling, run_scaling
+
+
+def tiny(**kw) -> ScalingPreset:
+    base = dict(name="t", attentions=["softmax", "linear"], grid=[Grid(mode="fwd", seq=[128, 256])], heads=2,
+                head_dim=16, threads=1, time_budget=60.0, mem_budget_gb=4.0,
+                timing=Timing(warmup_ms=1.0, rep_ms=5.0, min_reps=2, max_reps=3),
+                check=scaling.Check(seq_len=32))
+    base.update(kw)
+    return ScalingPreset(**base)
+
+
+# --- presets -----------------------------------------------------------------------------------------------------
+def test_embedded_presets_load_and_are_package_data():
+    assert {"cpu-default", "tiny"} <= set(scaling.preset_names())
+    p = load_preset()
+    assert p.name == scaling.DEFAULT_PRESET and p.grid[0].seq[-1] == 16384
+    assert all(isinstance(n, int) for g in p.grid for n in g.seq)
+
+
+def test_preset_unknown_key_and_bad_type_are_errors(tmp_path):
+    good = (tmp_path / "ok.toml")
+    good.write_text('name = "x"\nattentions = ["softmax"]\n[[grid]]\nmode = "fwd"\nseq = ["1k", 2048]\n')
+    assert load_preset(good).grid[0].seq == [1024, 2048]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text() + "[timing]\nwarmup = 3\n")
+    with pytest.raises(PresetError, match="unknown key.*warmup"):
+        load_preset(bad)
+    bad.write_text(good.read_text().replace('name = "x"', 'name = "x"\nheads = "four"'))
+    with pytest.raises(PresetError, match="heads"):
+        load_preset(bad)
+    bad.write_text(good.read_text().replace('mode = "fwd"', 'mode = "sideways"'))
+    with pytest.raises(PresetError, match="mode"):
+        load_preset(bad)
+    with pytest.raises(attnbench.UnknownNameError, match="cpu-default"):
+        load_preset("cpu-defualt")
+
+
+def test_parse_seq():
+    assert scaling.parse_seq_list("1k,4k, 16k,100") == [1024, 4096, 16384, 100]
+    with pytest.raises(ValueError):
+        scaling.parse_seq("lots")
+
+
+def test_plan_overrides_and_missing_names():
+    p = tiny(attentions=["softmax", "surely_not_registered"])
+    with pytest.warns(UserWarning, match="surely_not_registered"):
+        plan = plan_scaling(p)
+    assert plan.attentions == ["softmax"] and plan.setting == "scaling/t"
+    plan = plan_scaling(p, attentions=["linear"], seq=["1k"], modes=["fwd", "fwd+bwd"], causal=True, heads=4)
+    assert plan.setting == "scaling/t[h4]"
+    assert {(x.mode, x.causal, x.seq_len) for x in plan.points} == {("fwd", True, 1024), ("fwd+bwd", True, 1024)}
+    with pytest.raises(attnbench.UnknownNameError):
+        plan_scaling(p, attentions=["sofmax"])
+
+
+# --- the sweep -----------------------------------------------------------------------------------------------------
+def test_injected_oom_and_timeout_do_not_stop_the_sweep(tmp_db):
+    names = ["softmax", "linear", "relu_linear"]
+    plan = plan_scaling(tiny(attentions=names, time_budget=8.0))
+    with Store() as store:
+        res = run_scaling(plan, store, inject="oom:softmax:256,timeout:linear:256", progress=False)
+        got = {(m.attention, m.params["seq_len"]): m for m in store.measurements(suite="scaling")}
+    assert len(res.records) == 6 and not res.interrupted
+    assert got[("softmax", 256)].status == "oom" and "memory" in got[("softmax", 256)].error
+    assert got[("linear", 256)].status == "timeout"
+    # the sweep went on after both failures: the last point was measured
+    last = got[("relu_linear", 256)]
+    assert last.status == "ok" and last.id > got[("linear", 256)].id
+    for n in (128,):
+        for a in names:
+            m = got[(a, n)]
+            assert m.status == "ok", m.error
+            mt = m.metrics
+            assert mt["time_median_s"] > 0 and mt["reps"] >= 2 and mt["time_iqr_s"] >= 0
+            assert mt["peak_mem_bytes"] is not None and "RSS" in mt["mem_method"]
+            assert mt["flops"] > 0 and mt["gflops"] > 0
+            assert mt["check_err"] <= mt["check_tol"]
+            assert m.impl == registry.build(a, heads=2, head_dim=16).resolve_impl("cpu")
+
+
+def test_larger_n_after_a_failure_is_skipped_and_unsupported_is_recorded(tmp_db):
+    bidir_only = [n for n in attnbench.names() if not registry.describe(n)["causal"]]
+    names = ["linear"] + bidir_only[:1]
+    plan = plan_scaling(tiny(attentions=names, grid=[Grid(mode="fwd", seq=[64, 128, 256], causal=True)]))
+    with Store() as store:
+        res = run_scaling(plan, store, inject="oom:linear:64", progress=False, child=False)
+    by = {(m.attention, m.params["seq_len"]): m.status for m in res.records}
+    assert by[("linear", 64)] == "oom"
+    assert by[("linear", 128)] == by[("linear", 256)] == "skipped"
+    for n in (64, 128, 256):
+        if bidir_only:
+            assert by[(bidir_only[0], n)] == "unsupported"
+
+
+def test_incorrect_point_is_not_timed(tmp_db, monkeypatch):
+    # a fast form that disagrees with its reference: the gate fails, nothing is timed
+    cls = registry.get_attention("linear")
+    monkeypatch.setattr(cls, "forward_torch", lambda self, q, k, v: v * 2.0)
+    plan = plan_scaling(tiny(attentions=["linear"], grid=[Grid(mode="fwd", seq=[128])]))
+    with Store() as store:
+        (m,) = run_scaling(plan, store, progress=False, child=False).records
+    assert m.status == "incorrect" and "time_median_s" not in m.metrics and m.metrics["check_err"] > m.metrics["check_tol"]
+
+
+def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_db, monkeypatch):
+    plan = plan_scaling(tiny())
+    real, calls = bench.run_inline, []
+
+    def flaky(target, spec):
+        calls.append(spec.seq_len)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(target, spec)
+
+    monkeypatch.setattr(bench, "run_inline", flaky)
+    with Store() as store:
+        res = run_scaling(plan, store, progress=False, child=False)
+        assert res.interrupted
+        assert [m.status for m in res.records] == ["ok", "ok", "interrupted"]
+        assert store.runs()[-1]["status"] == "interrupted"
+        monkeypatch.setattr(bench, "run_inline", real)
+        again = run_scaling(plan, store, progress=False, child=False)
+        assert again.resumed == 2 and [m.status for m in again.records] == ["ok", "ok"]
+        forced = run_scaling(plan, store, progress=False, child=False, force=True)
+        assert forced.resumed == 0 and len(forced.records) == 4
+
+
+def test_cli_end_to_end(tmp_path, monkeypatch):
+    from attnbench.cli import app
+
+    db = tmp_path / "cli.db"
+    monkeypatch.delenv("ATTNBENCH_DB", raising=False)
+    monkeypatch.chdir(tmp_path)  # no committed results here
+    runner = CliRunner()
+    args = ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "softmax,linear", "--seq", "128,256",
+            "--mode", "fwd", "--time-budget", "60"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "scaling/tiny" in r.output and "4 ok" in r.output
+    with Store(db) as s:
+        ms = s.measurements(suite="scaling")
+        assert len(ms) == 4 and {m.status for m in ms} == {"ok"}
+        assert all(m.setting == "scaling/tiny" and m.task == "fwd/bidir" for m in ms)
+    r = runner.invoke(app, args)  # resume: nothing new
+    assert r.exit_code == 0 and "4 point(s) already finished" in r.output
+    r = runner.invoke(app, ["table", "scaling", "--db", str(db)])
+    assert r.exit_code == 0 and "softmax" in r.output and "exponent" in r.output and "your runs" in r.output
+    r = runner.invoke(app, ["plot", "scaling", "--db", str(db), "--out", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    pngs = list((tmp_path / "plots").glob("*.png"))
+    assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
+    r = runner.invoke(app, ["export", "--format", "csv", "--db", str(db), "--suite", "scaling"])
+    assert r.exit_code == 0 and r.output.count("\n") == 5 and "metrics.time_median_s" in r.output
+    r = runner.invoke(app, ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "sofmax"])
+    assert r.exit_code != 0 and "softmax" in r.output  # did-you-mean
