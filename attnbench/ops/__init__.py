@@ -1,5 +1,6 @@
-"""Stateless math shared by two or more mechanisms, each with a naive reference beside it."""
+"""Stateless math shared by two or more mechanisms (or suites), each with a naive reference beside it."""
 
+from .delta import delta_rule, delta_rule_chunked, delta_rule_recurrent, resolve_delta_impl
 from .linear_attn import (
     linear_attention,
     linear_attention_bidirectional,
@@ -10,6 +11,10 @@ from .linear_attn import (
 )
 
 __all__ = [
+    "delta_rule",
+    "delta_rule_chunked",
+    "delta_rule_recurrent",
+    "resolve_delta_impl",
     "linear_attention",
     "linear_attention_bidirectional",
     "linear_attention_blocked",

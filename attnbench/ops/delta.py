@@ -1,0 +1,353 @@
+"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet), causal, with a token-by-token reference.
+
+Layout is attnbench's ``[B, H, N, D]``: ``q, k: [B, H, N, Dk]``, ``v: [B, H, N, Dv]``, ``beta: [B, H, N]``,
+``g: [B, H, N]`` (log-space decay) or ``None``; ``Dk`` may differ from ``Dv`` (a NaLa feature map gives
+``Dk = 2d``). The state is kept as FLA keeps it, ``S: [B, H, Dk, Dv]`` (keys by values), so an
+``initial_state`` or a final state passes to and from ``fla.ops`` unchanged.
+
+The recurrence (DeltaNet: Yang et al., "Parallelizing Linear Transformers with the Delta Rule over Sequence
+Length", NeurIPS 2024; Gated DeltaNet: Yang et al., "Gated Delta Networks: Improving Mamba2 with Delta Rule",
+ICLR 2025; the form NaLaFormer plugs its feature maps into, papers/notes/nalaformer.md §1.10), written in the
+papers' ``[Dv, Dk]`` orientation,
+
+    S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,        o_t = scale * S_t q_t,
+
+with ``a_t = exp(g_t)`` (Gated DeltaNet) or ``a_t = 1`` (DeltaNet), is, in the ``[Dk, Dv]`` orientation used
+here, its transpose
+
+    S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,        o_t = scale * S_t^T q_t.
+
+``scale`` defaults to ``Dk ** -0.5`` and multiplies q, FLA's convention (``fla/ops/*/naive.py``).
+
+Forms behind :func:`delta_rule` (``impl=``):
+
+- ``"recurrent"``: :func:`delta_rule_recurrent`, the recurrence above, one token at a time (ground truth).
+- ``"torch"``: :func:`delta_rule_chunked`, the exact chunked WY / UT-transform form in plain PyTorch (forward
+  and backward through autograd); every chunk's intra-chunk work is one batched matmul or triangular solve
+  over all chunks at once, only the carry of the state from chunk to chunk is a loop.
+- ``"fla"``: flash-linear-attention's Triton ``chunk_delta_rule`` / ``chunk_gated_delta_rule`` (CUDA only,
+  fp16 / bf16 only).
+- ``"auto"``: ``"fla"`` on CUDA, ``"torch"`` elsewhere; see :func:`resolve_delta_impl`.
+
+Precision: the reference and the PyTorch chunked form compute in float64 when the inputs are float64 and in
+float32 otherwise (fp16 / bf16 inputs are upcast, as FLA's kernels accumulate in fp32). ``o`` is returned in
+v's dtype; the final state in that compute dtype (float32 for FLA, as FLA returns it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe
+
+DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
+FLA_CHUNK_SIZES = (16, 32, 64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# dispatch and validation
+# ----------------------------------------------------------------------------------------------------------
+
+def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
+    """The concrete form ``impl`` names on ``device``: ``"auto"`` is ``"fla"`` on CUDA and ``"torch"`` elsewhere.
+
+    Raises :class:`UnknownNameError` for an unknown name and :class:`UnsupportedError` for ``"fla"`` off CUDA
+    (FLA's chunk kernels need a GPU; nothing falls back silently).
+    """
+    if not isinstance(impl, str) or impl not in DELTA_IMPLS:
+        close = difflib.get_close_matches(str(impl), DELTA_IMPLS, n=2, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownNameError(f"delta_rule: unknown impl {impl!r}{hint} (choose from {', '.join(DELTA_IMPLS)})")
+    dev = torch.device(device)
+    if impl == "auto":
+        return "fla" if dev.type == "cuda" else "torch"
+    if impl == "fla" and dev.type != "cuda":
+        raise UnsupportedError(
+            f"delta_rule: impl='fla' needs a CUDA device (FLA's chunk kernels do not run on {dev.type!r}); "
+            f"use impl='torch' (exact chunked PyTorch form) or impl='recurrent' (token-by-token reference)")
+    return impl
+
+
+def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:
+    """Clear errors naming the bad argument, before any einsum sees it."""
+    name = "delta_rule"
+    for arg, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"{name}: argument {arg!r} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ShapeError(f"{name}: argument {arg!r} must have rank 4 [B, H, N, D], got rank {t.dim()} "
+                             f"({_describe(t)})")
+        if t.dtype not in FLOAT_DTYPES:
+            raise ShapeError(f"{name}: argument {arg!r} must be a floating tensor (fp16, bf16, fp32, fp64), "
+                             f"got {_describe(t)}")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ShapeError(f"{name}: q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if q.device != k.device or q.device != v.device:
+        raise ShapeError(f"{name}: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    B, H, N, _ = q.shape
+    if tuple(k.shape) != tuple(q.shape):
+        raise ShapeError(f"{name}: argument 'k' must match q's shape {tuple(q.shape)} [B, H, N, Dk], "
+                         f"got {_describe(k)}")
+    if tuple(v.shape[:3]) != (B, H, N):
+        raise ShapeError(f"{name}: argument 'v' must be [B={B}, H={H}, N={N}, Dv], got {_describe(v)}")
+    if B == 0 or N == 0 or H == 0:
+        raise ShapeError(f"{name}: q, k, v need at least one batch element, head and token, got {_describe(q)}")
+    for arg, t in (("beta", beta), ("g", g)):
+        if t is None and arg == "g":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"{name}: argument {arg!r} must be a torch.Tensor of shape [B={B}, H={H}, N={N}], "
+                             f"got {type(t).__name__}")
+        if tuple(t.shape) != (B, H, N):
+            what = "one write strength per token" if arg == "beta" else "one log-space decay per token"
+            raise ShapeError(f"{name}: argument {arg!r} must be [B={B}, H={H}, N={N}] ({what}), got {_describe(t)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise ShapeError(f"{name}: argument {arg!r} must be a floating tensor, got {_describe(t)}")
+        if t.device != q.device:
+            raise ShapeError(f"{name}: argument {arg!r} is on {t.device} but q is on {q.device}")
+    if initial_state is not None:
+        shape = (B, H, q.shape[-1], v.shape[-1])
+        if not isinstance(initial_state, torch.Tensor):
+            raise ShapeError(f"{name}: argument 'initial_state' must be a torch.Tensor of shape {shape} "
+                             f"[B, H, Dk, Dv], got {type(initial_state).__name__}")
+        if tuple(initial_state.shape) != shape:
+            raise ShapeError(f"{name}: argument 'initial_state' must be [B, H, Dk, Dv] = {shape} (keys by values, "
+                             f"FLA's orientation), got {_describe(initial_state)}")
+        if initial_state.dtype not in FLOAT_DTYPES:
+            raise ShapeError(f"{name}: argument 'initial_state' must be a floating tensor, "
+                             f"got {_describe(initial_state)}")
+        if initial_state.device != q.device:
+            raise ShapeError(f"{name}: argument 'initial_state' is on {initial_state.device} but q is on {q.device}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise ShapeError(f"{name}: argument 'scale' must be a real number or None (default Dk ** -0.5), "
+                         f"got {type(scale).__name__}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+                                   or chunk_size < 1):
+        raise ShapeError(f"{name}: argument 'chunk_size' must be a positive integer, got {chunk_size!r}")
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reference: one token at a time
+# ----------------------------------------------------------------------------------------------------------
+
+def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+                         g: torch.Tensor | None = None, *, scale: float | None = None,
+                         initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Token-by-token (gated) delta rule, the ground truth of the chunked forms.
+
+    ``S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`` and ``o_t = scale * S_t^T q_t`` with
+    ``S: [B, H, Dk, Dv]`` and ``a_t = exp(g_t)`` (or 1 when ``g`` is None); see the module docstring.
+    Returns ``(o [B, H, N, Dv] in v's dtype, S_N [B, H, Dk, Dv] or None)``.
+    """
+    _check_inputs(q, k, v, beta, g, scale, initial_state)
+    B, H, N, Dk = q.shape
+    Dv = v.shape[-1]
+    cd, out_dtype = _compute_dtype(q.dtype), v.dtype
+    scale = Dk ** -0.5 if scale is None else float(scale)
+    q, k, v, beta = (t.to(cd) for t in (q, k, v, beta))
+    a = None if g is None else g.to(cd).exp()                                 # [B, H, N]
+    S = (q.new_zeros(B, H, Dk, Dv) if initial_state is None
+         else initial_state.to(cd))                                           # [B, H, Dk, Dv]
+    outs = []
+    for t in range(N):
+        kt = k[:, :, t, :, None]                                              # [B, H, Dk, 1]
+        bt = beta[:, :, t, None, None]                                        # [B, H, 1, 1]
+        # (I - beta k k^T) S = S - beta k (k^T S)
+        S = S - bt * kt * (kt.transpose(-1, -2) @ S)                          # [B, H, Dk, Dv]
+        if a is not None:
+            S = a[:, :, t, None, None] * S
+        S = S + bt * kt * v[:, :, t, None, :]                                 # [B, H, Dk, Dv]
+        outs.append(scale * (q[:, :, t, None, :] @ S).squeeze(-2))            # [B, H, Dv]
+    o = torch.stack(outs, dim=2)                                              # [B, H, N, Dv]
+    return o.to(out_dtype), (S if output_final_state else None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# exact chunked form (WY / UT transform), plain PyTorch
+# ----------------------------------------------------------------------------------------------------------
+
+def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+                       g: torch.Tensor | None = None, *, scale: float | None = None,
+                       initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+                       chunk_size: int = 64) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Exact chunked (gated) delta rule: the WY representation of each chunk via a UT transform.
+
+    Within a chunk of C tokens with state S_0 on entry, cumulative log-gates ``G_i = g_1 + ... + g_i`` and
+    ``D_ij = exp(G_i - G_j)`` (all ones without a gate), the recurrence of :func:`delta_rule_recurrent` unrolls
+    to ``S_i = e^{G_i} S_0 + sum_{j <= i} D_ij k_j delta_j^T``, where the "new values"
+    ``delta_i = beta_i (v_i - a_i S_{i-1}^T k_i)`` satisfy the unit lower-triangular system
+
+        (I + L) Delta = diag(beta) (V - diag(e^G) K S_0),    L_ij = beta_i (k_i . k_j) D_ij  (j < i),
+
+    i.e. ``Delta = U - W S_0`` with ``A = (I + L)^{-1}``, ``U = A diag(beta) V``, ``W = A diag(beta e^G) K`` (the
+    WY representation / UT transform of DeltaNet's chunkwise form). Here beta is moved inside the triangular
+    matrix so that no right-hand side needs scaling: with ``L'_ij = (k_i . beta_j k_j) D_ij``
+    (``= L_ij beta_j / beta_i``, though no division is ever done) ``Delta = diag(beta) Delta'`` and
+
+        [Y_V, Y_K] = (I + L')^{-1} [V, diag(e^G) K]                 (batched triangular solves, all chunks)
+        Delta'     = Y_V - Y_K S_0
+        O          = scale * (diag(e^G) Q S_0 + lower(Q (beta K)^T * D) Delta')
+        S_C        = e^{G_C} S_0 + (diag(beta e^{G_C - G}) K)^T Delta'.
+
+    Everything but the S_0 -> S_C carry is one batched call over all chunks of all heads; the carry is a loop
+    over chunks of small batched matmuls (never over tokens). N need not be a multiple of C: the tail is padded
+    with k = v = beta = g = 0 tokens, which leave the state unchanged (a = 1, nothing written).
+    Shapes and return value as :func:`delta_rule_recurrent`.
+    """
+    _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size)
+    B, H, N, Dk = q.shape
+    Dv = v.shape[-1]
+    cd, out_dtype = _compute_dtype(q.dtype), v.dtype
+    scale = Dk ** -0.5 if scale is None else float(scale)
+    C = min(int(chunk_size), N)
+    pad = (-N) % C
+    n = (N + pad) // C
+    BH = B * H
+
+    q, k, v, beta = (t.to(cd) for t in (q, k, v, beta))
+    if g is not None:
+        g = g.to(cd)
+    if pad:  # padded tokens have k = v = beta = g = 0: a = 1 and nothing written, so S passes through unchanged
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+        beta = F.pad(beta, (0, pad))
+        if g is not None:
+            g = F.pad(g, (0, pad))
+    # the chunks of all heads in one batch dimension, so each intra-chunk step is one batched call
+    qc = q.reshape(BH * n, C, Dk)                                             # [BH n, C, Dk]
+    kc = k.reshape(BH * n, C, Dk)                                             # [BH n, C, Dk]
+    vc = v.reshape(BH * n, C, Dv)                                             # [BH n, C, Dv]
+    kb = kc * beta.reshape(BH * n, C, 1)                                      # [BH n, C, Dk]  beta_j k_j
+    LT = torch.bmm(kb, kc.transpose(-1, -2))                                  # [BH n, C, C]  LT_ji = k_i . beta_j k_j
+    PT = torch.bmm(kb, qc.transpose(-1, -2))                                  # [BH n, C, C]  PT_ji = q_i . beta_j k_j
+    if g is None:
+        P = PT.triu_().transpose(-1, -2)                                      # [BH n, C, C]  j <= i (column-major)
+        Kg = kc                                                               # [BH n, C, Dk]
+    else:
+        G = g.reshape(BH * n, C).cumsum(-1)                                   # [BH n, C]  G_i in the chunk
+        upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu()   # [C, C]  (j, i) with j <= i
+        # DT_ji = D_ij = exp(G_i - G_j) for j <= i, else 0, built transposed like LT; masked to -inf *before*
+        # the exp so that no inf ever meets a 0, forward or backward
+        DT = (G[:, None, :] - G[:, :, None]).masked_fill_(~upper, float("-inf")).exp_()  # [BH n, C, C]
+        LT = LT.mul_(DT)                                                      # [BH n, C, C]  L'^T
+        P = PT.mul_(DT).transpose(-1, -2)                                     # [BH n, C, C]  j <= i (column-major)
+        eG = G.exp().unsqueeze(-1)                                            # [BH n, C, 1]  e^{G_i}
+        Kg = kc * eG                                                          # [BH n, C, Dk]  e^{G_i} k_i
+        qc = qc * eG                                                          # [BH n, C, Dk]  e^{G_i} q_i
+        GC = G[:, -1:]                                                        # [BH n, 1]  G_C
+        kb = kb * (GC - G).exp().unsqueeze(-1)                                # [BH n, C, Dk]  beta_j e^{G_C-G_j} k_j
+        a_chunk = GC.exp().reshape(BH, n, 1, 1)                               # [BH, n, 1, 1]  e^{G_C}
+    # [Y_V, Y_K] = (I + L')^{-1} [V, Kg], solved as Y^T (I + L'^T) = R^T with L'^T = LT upper-triangular: this
+    # way round the operands reach LAPACK's column-major trsm without a transposing copy and Y comes back
+    # row-major; two solves need no concatenated right-hand side. (unitriangular=True supplies the unit
+    # diagonal: LT's diagonal and lower triangle are never read.)
+    YV, YK = (torch.linalg.solve_triangular(LT, rhs.transpose(-1, -2), upper=True, left=False, unitriangular=True)
+              .transpose(-1, -2).reshape(BH, n, C, rhs.shape[-1]) for rhs in (vc, Kg))  # [BH, n, C, Dv], [.., Dk]
+    q4 = qc.reshape(BH, n, C, Dk)                                             # [BH, n, C, Dk]
+    P4 = P.reshape(BH, n, C, C)                                               # [BH, n, C, C]
+    kbT = kb.reshape(BH, n, C, Dk).transpose(-1, -2)                          # [BH, n, Dk, C]
+    a_c = a_chunk.unbind(1) if g is not None else (None,) * n                 # n x [BH, 1, 1]
+
+    S = (qc.new_zeros(BH, Dk, Dv) if initial_state is None
+         else initial_state.to(cd).reshape(BH, Dk, Dv).clone())               # [BH, Dk, Dv]  our own copy
+    chunks = zip(YV.unbind(1), YK.unbind(1), q4.unbind(1), P4.unbind(1), kbT.unbind(1), a_c)
+    # the only sequential part: carry the state from chunk to chunk. Without autograd, every step writes in
+    # place (into Y_V, the output and S, all private to this call); with it, the same math out of place.
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, beta, g, S))):
+        o = qc.new_empty(BH, n, C, Dv)                                        # [BH, n, C, Dv]
+        for o_c, (yv, yk, qq, pp, kt, a) in zip(o.unbind(1), chunks):
+            d = yv.baddbmm_(yk, S, alpha=-1.0)                                # [BH, C, Dv]  Delta' = Y_V - Y_K S_0
+            torch.bmm(qq, S, out=o_c).baddbmm_(pp, d, beta=scale, alpha=scale)  # [BH, C, Dv]  o
+            if a is not None:
+                S.mul_(a)                                                     # [BH, Dk, Dv]  e^{G_C} S_0
+            S.baddbmm_(kt, d)                                                 # [BH, Dk, Dv]  S_C
+    else:
+        outs = []
+        for yv, yk, qq, pp, kt, a in chunks:
+            d = torch.baddbmm(yv, yk, S, alpha=-1.0)                          # [BH, C, Dv]  Delta' = Y_V - Y_K S_0
+            o_c = torch.bmm(qq, S)                                            # [BH, C, Dv]  Q S_0
+            outs.append(o_c.baddbmm_(pp, d, beta=scale, alpha=scale))        # [BH, C, Dv]  o (in place: no copy)
+            S = (S if a is None else S * a).baddbmm(kt, d)                    # [BH, Dk, Dv]  S_C
+        o = torch.stack(outs, dim=1)                                          # [BH, n, C, Dv]
+    o = o.reshape(B, H, n * C, Dv)[:, :, :N]                                  # [B, H, N, Dv]
+    final = S.reshape(B, H, Dk, Dv) if output_final_state else None           # [B, H, Dk, Dv]
+    return o.to(out_dtype), final
+
+
+# ----------------------------------------------------------------------------------------------------------
+# FLA's Triton kernels (CUDA)
+# ----------------------------------------------------------------------------------------------------------
+
+def _delta_rule_fla(q, k, v, beta, g, *, scale, initial_state, output_final_state, chunk_size):
+    """FLA's ``chunk_delta_rule`` / ``chunk_gated_delta_rule``: [B, H, N, D] -> [B, T, H, D] once, and back."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise UnsupportedError(
+            f"delta_rule: impl='fla' runs FLA's Triton kernels, which take bfloat16 or float16 only; got q, k, v "
+            f"in {str(q.dtype).replace('torch.', '')}. Cast q, k, v to torch.bfloat16, or use impl='torch' "
+            f"(exact chunked PyTorch form, any float dtype)")
+    if chunk_size not in FLA_CHUNK_SIZES:
+        raise UnsupportedError(f"delta_rule: impl='fla' takes chunk_size in {FLA_CHUNK_SIZES}, got {chunk_size}")
+    try:
+        if g is None:
+            from fla.ops.delta_rule import chunk_delta_rule
+        else:
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise UnsupportedError(f"delta_rule: impl='fla' needs flash-linear-attention "
+                               f"(pip install flash-linear-attention): {e}") from e
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))                      # [B, N, H, D]
+    bt = beta.to(q.dtype).transpose(1, 2)                                     # [B, N, H]
+    h0 = None if initial_state is None else initial_state.float()             # [B, H, Dk, Dv]
+    if g is None:
+        o, final = chunk_delta_rule(qt, kt, vt, bt, scale=scale, initial_state=h0,
+                                    output_final_state=output_final_state, chunk_size=chunk_size)
+    else:
+        gt = g.float().transpose(1, 2)                                        # [B, N, H]  log-space
+        o, final = chunk_gated_delta_rule(qt, kt, vt, gt, bt, scale=scale, initial_state=h0,
+                                          output_final_state=output_final_state, chunk_size=chunk_size)
+    o = o.transpose(1, 2)                                                     # [B, H, N, Dv]
+    return o.to(v.dtype), (final if output_final_state else None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the entry point
+# ----------------------------------------------------------------------------------------------------------
+
+def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+               g: torch.Tensor | None = None, *, scale: float | None = None,
+               initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+               impl: str = "auto", chunk_size: int = 64) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(Gated) delta rule ``S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = scale S_t^T q_t``.
+
+    Args:
+        q, k: ``[B, H, N, Dk]``; v: ``[B, H, N, Dv]``; beta: ``[B, H, N]`` write strengths (usually in (0, 1));
+        g: ``[B, H, N]`` log-space decays ``a_t = exp(g_t)`` (Gated DeltaNet) or None (DeltaNet).
+        scale: multiplies q; default ``Dk ** -0.5`` (FLA's convention).
+        initial_state: ``[B, H, Dk, Dv]`` (FLA's keys-by-values orientation) or None (zeros).
+        output_final_state: also return ``S_N: [B, H, Dk, Dv]``.
+        impl: ``"auto"`` | ``"recurrent"`` | ``"torch"`` | ``"fla"``; see :func:`resolve_delta_impl`.
+        chunk_size: chunk length of the chunked forms (FLA takes 16, 32 or 64).
+
+    Returns ``(o [B, H, N, Dv] in v's dtype, final state or None)``. For stability keep ``beta ||k||^2 <= 2``
+    (L2-normalise k, beta in (0, 1)); the forms agree for any input, but the recurrence itself blows up otherwise.
+    """
+    _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size)
+    resolved = resolve_delta_impl(q.device, impl)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    kw = dict(scale=scale, initial_state=initial_state, output_final_state=output_final_state)
+    if resolved == "recurrent":
+        return delta_rule_recurrent(q, k, v, beta, g, **kw)
+    if resolved == "torch":
+        return delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size, **kw)
+    return _delta_rule_fla(q, k, v, beta, g, chunk_size=chunk_size, **kw)
+
+
+__all__ = ["DELTA_IMPLS", "delta_rule", "delta_rule_chunked", "delta_rule_recurrent", "resolve_delta_impl"]
