@@ -31,7 +31,9 @@ def split_names(csv: Optional[str]) -> list[str]:
 
 
 def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(message)}")  # messages name TOML tables like [train]
     raise typer.Exit(code=2)
 
 
@@ -51,8 +53,14 @@ def list_cmd() -> None:
 
 @app.command("check")
 def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-separated names (default: all)"),
-              dtype: str = typer.Option("float64", help="float64 or float32")) -> None:
+              dtype: str = typer.Option("float64", help="float64 or float32"),
+              interpret: bool = typer.Option(False, "--interpret", help="run the Triton kernels on the CPU "
+                                             "under Triton's interpreter (slow; no GPU needed)")) -> None:
     """Every impl of every mechanism against its reference at odd shapes, forward and backward."""
+    if interpret:  # must be set before triton is imported (kernels are imported lazily, on first use)
+        import os
+
+        os.environ["TRITON_INTERPRET"] = "1"
     from .checks import check_all, render_checks
 
     try:

@@ -38,9 +38,9 @@ def qkv(b, n, dtype=torch.float64, seed=1, dv=D):
             torch.randn(b, H, n, dv, generator=g, dtype=dtype))
 
 
-def cpu_impls(name):
+def cpu_impls(name, causal):
     cls = attnbench.get_attention(name)
-    return [i for i in runnable_impls(cls) if i not in cls.gpu_only_impls]
+    return [i for i in runnable_impls(cls, causal) if i not in cls.gpu_only_impls]
 
 
 @pytest.mark.parametrize("name,causal", forms())
@@ -58,7 +58,7 @@ def test_shape_dtype_finite(name, causal, dtype):
 @pytest.mark.parametrize("n", [1, 7, 129])
 def test_fast_forms_match_reference_fp64(name, causal, n):
     """Every CPU impl == reference in float64 at odd lengths, forward and backward (q, k, v, every parameter)."""
-    for impl in cpu_impls(name):
+    for impl in cpu_impls(name, causal):
         attn = make(name, causal, n, impl=impl)
         if hasattr(attn, "block_size"):  # several blocks even at small N
             attn.block_size = 32
@@ -72,7 +72,7 @@ def test_fast_forms_match_reference_fp64(name, causal, n):
 @pytest.mark.parametrize("name,causal", forms())
 def test_fast_forms_within_tolerance_policy_fp32(name, causal):
     n = 97
-    for impl in cpu_impls(name):
+    for impl in cpu_impls(name, causal):
         attn64 = make(name, causal, n, impl=impl)
         attn32 = make(name, causal, n, torch.float32, impl=impl)
         q, k, v = qkv(2, n)
@@ -143,3 +143,19 @@ def test_feature_maps_build_and_match_declared_size(name):
     fmap = fmap.double()
     assert fmap.phi_q(q).shape == (2, H, 11, fmap.feature_dim)
     assert fmap.phi_k(k).shape == (2, H, 11, fmap.feature_dim)
+
+
+def triton_forms():
+    return [n for n in attnbench.names() if attnbench.get_attention(n).causal_form
+            and "triton" in attnbench.get_attention(n).impls_for(True)]
+
+
+@pytest.mark.parametrize("name", triton_forms())
+def test_triton_impl_matches_reference_interpreted(name):
+    """The Triton path of each causal form (features + chunk kernel), run by Triton's interpreter in fp32
+    (conftest sets TRITON_INTERPRET=1), forward and backward."""
+    from attnbench.checks import check_one
+
+    for n in (7, 45):
+        r = check_one(name, causal=True, impl="triton", seq_len=n, dtype=torch.float32)
+        assert r.status == "ok", f"{name} triton N={n}: {r.status} {r.detail} fwd={r.fwd_err} bwd={r.bwd_err}"

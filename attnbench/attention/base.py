@@ -54,10 +54,15 @@ class Attention(nn.Module):
                                    f"causal form (bidirectional only)")
         if not causal and not self.bidirectional:
             raise UnsupportedError(f"{self.name}: argument 'causal=False' is not supported: {self.name} is causal only")
-        if impl != "auto" and impl not in self.impls:
-            raise AttnbenchError(f"{self.name}: argument 'impl' must be 'auto' or one of {list(self.impls)}, "
-                                 f"got {impl!r}")
+        if impl != "auto" and impl not in self.impls_for(causal):
+            raise AttnbenchError(f"{self.name}: argument 'impl' must be 'auto' or one of "
+                                 f"{list(self.impls_for(causal))} (causal={bool(causal)}), got {impl!r}")
         self.heads, self.head_dim, self.causal, self.impl = heads, head_dim, bool(causal), impl
+
+    @classmethod
+    def impls_for(cls, causal: bool) -> tuple[str, ...]:
+        """The implementations of the causal or the bidirectional form."""
+        return tuple(cls.impls)
 
     @classmethod
     def shape_options(cls, seq_len: int) -> dict:
@@ -130,6 +135,10 @@ class FeatureMap(nn.Module):
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
         return self.phi(k)
 
+    def features_triton(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features fed to the Triton chunk kernel; maps with a fused kernel (NaLa) override this."""
+        return self.phi_q(q), self.phi_k(k)
+
     def block_maps(self, q: torch.Tensor, k: torch.Tensor):
         """``(map_q, map_k)``: callables giving the features of tokens ``start:stop`` (for
         :func:`attnbench.ops.linear_attention_blocked`). Maps with sequence statistics (MirrorLA) override this to
@@ -156,13 +165,22 @@ class FeatureMapAttention(Attention):
     """
 
     feature_map_cls: ClassVar[type[FeatureMap]]
-    impls = ("reference", "torch")
+    impls = ("reference", "torch", "triton")
     eps: float = 1e-6
     chunk_size: int = 64        # causal chunk (the masked quadratic part)
-    block_size: int = 2048      # tokens whose features are computed at once (cache-sized; tests make it small)
+    block_size: int = 1024      # tokens whose features are computed at once (cache-sized; tests make it small)
 
     def make_feature_map(self, **options) -> FeatureMap:
         return self.feature_map_cls(heads=self.heads, head_dim=self.head_dim, causal=self.causal, **options)
+
+    @classmethod
+    def impls_for(cls, causal: bool) -> tuple[str, ...]:
+        # the Triton kernel is the causal (recurrent) form; the bidirectional form is two matmuls
+        return tuple(cls.impls) if causal else tuple(i for i in cls.impls if i != "triton")
+
+    @property
+    def gpu_impl(self) -> str:
+        return "triton" if self.causal else "torch"
 
     def forward_reference(self, q, k, v):
         fq, fk = self.feature_map.phi_q_reference(q), self.feature_map.phi_k_reference(k)
@@ -172,3 +190,11 @@ class FeatureMapAttention(Attention):
         map_q, map_k = self.feature_map.block_maps(q, k)
         return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
                                            chunk_size=self.chunk_size, block_size=self.block_size)
+
+    def forward_triton(self, q, k, v):
+        """Causal: the features, then ``attnbench.kernels.chunk_linear_attn`` (normaliser in the same pass)."""
+        from ..kernels import chunk_linear_attn  # lazy: triton is optional
+
+        fq, fk = self.feature_map.features_triton(q, k)
+        out, _ = chunk_linear_attn(fq, fk, v, eps=self.eps, chunk_size=self.chunk_size)
+        return out

