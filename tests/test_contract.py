@@ -146,16 +146,15 @@ def test_feature_maps_build_and_match_declared_size(name):
 
 
 def triton_forms():
-    return [n for n in attnbench.names() if attnbench.get_attention(n).causal_form
-            and "triton" in attnbench.get_attention(n).impls_for(True)]
+    return [p for p in forms() if "triton" in attnbench.get_attention(p.values[0]).impls_for(p.values[1])]
 
 
-@pytest.mark.parametrize("name", triton_forms())
-def test_triton_impl_matches_reference_interpreted(name):
-    """The Triton path of each causal form (features + chunk kernel), run by Triton's interpreter in fp32
-    (conftest sets TRITON_INTERPRET=1), forward and backward."""
+@pytest.mark.parametrize("name,causal", triton_forms())
+def test_triton_impl_matches_reference_interpreted(name, causal):
+    """Each form's Triton path, run by Triton's interpreter in fp32 (conftest sets TRITON_INTERPRET=1),
+    forward and backward."""
     from attnbench.checks import check_one
 
     for n in (7, 45):
-        r = check_one(name, causal=True, impl="triton", seq_len=n, dtype=torch.float32)
+        r = check_one(name, causal=causal, impl="triton", seq_len=n, dtype=torch.float32)
         assert r.status == "ok", f"{name} triton N={n}: {r.status} {r.detail} fwd={r.fwd_err} bwd={r.bwd_err}"

@@ -13,9 +13,11 @@ from .base import Attention
 PAPER = "Feng et al. 2026 (LaplacianFormer, ICLR)"
 
 
-def laplace_kernel(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    """k(x, y) = exp(-||x - y||_1 / lam) (Sec. 3): ``[B, H, N, d] x [B, H, M, d] -> [B, H, N, M]``."""
-    return torch.exp(-torch.cdist(x, y, p=1) / lam)
+def laplace_kernel(x: torch.Tensor, y: torch.Tensor, lam: float, distance=None) -> torch.Tensor:
+    """k(x, y) = exp(-||x - y||_1 / lam) (Sec. 3): ``[B, H, N, d] x [B, H, M, d] -> [B, H, N, M]``.
+    ``distance`` may replace ``torch.cdist(p=1)`` (e.g. the Triton ``attnbench.kernels.l1_distance``)."""
+    dist = torch.cdist(x, y, p=1) if distance is None else distance(x, y)
+    return torch.exp(-dist / lam)
 
 
 @register_attention
@@ -40,6 +42,8 @@ class LaplacianAttention(Attention):
     name = "laplacian"
     paper = PAPER
     causal_form = False
+    impls = ("reference", "torch", "triton")
+    gpu_impl = "triton"
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", lam: float = 4.0, landmarks: int = 64,
                  ns_iters: int = 20, ns_scaling: str = "norm1inf", ns_ridge: float = 0.01,
@@ -56,14 +60,15 @@ class LaplacianAttention(Attention):
         self.lam, self.landmarks, self.ns_iters = float(lam), landmarks, ns_iters
         self.ns_scaling, self.ns_ridge, self.whiten_eps = ns_scaling, float(ns_ridge), float(whiten_eps)
 
-    def _nystrom(self, q, k):
+    def _nystrom(self, q, k, distance=None, ns_step=None):
         """(C, W^+, R): ``k(Q, K~) [B,H,N,m]``, the NS inverse ``[B,H,m,m]``, ``k(Q~, K) [B,H,m,N]``."""
         m = min(self.landmarks, q.shape[-2])
         q_l, k_l = segment_means(q, m), segment_means(k, m)                          # [B, H, m, d]
-        C = laplace_kernel(q, k_l, self.lam)                                         # [B, H, N, m]  Eq. 8
-        W = laplace_kernel(q_l, k_l, self.lam)                                       # [B, H, m, m]  Eq. 9
-        R = laplace_kernel(q_l, k, self.lam)                                         # [B, H, m, N]
-        W_pinv = newton_schulz_pinv(W, iters=self.ns_iters, scaling=self.ns_scaling, ridge=self.ns_ridge)
+        C = laplace_kernel(q, k_l, self.lam, distance)                               # [B, H, N, m]  Eq. 8
+        W = laplace_kernel(q_l, k_l, self.lam, distance)                             # [B, H, m, m]  Eq. 9
+        R = laplace_kernel(k, q_l, self.lam, distance).transpose(-1, -2)             # [B, H, m, N]
+        W_pinv = newton_schulz_pinv(W, iters=self.ns_iters, scaling=self.ns_scaling, ridge=self.ns_ridge,
+                                    step=ns_step)
         return C, W_pinv, R
 
     def forward_reference(self, q, k, v):
@@ -75,7 +80,16 @@ class LaplacianAttention(Attention):
         return Z @ v
 
     def forward_torch(self, q, k, v):
-        C, W_pinv, R = self._nystrom(q, k)
+        return self._factorised(q, k, v, *self._nystrom(q, k))
+
+    def forward_triton(self, q, k, v):
+        """The factorised form with the paper's two custom kernels: the L1 distances (no N x m x d
+        intermediate) and the Newton–Schulz step."""
+        from ..kernels import l1_distance, newton_schulz_step  # lazy: triton is optional
+
+        return self._factorised(q, k, v, *self._nystrom(q, k, l1_distance, newton_schulz_step))
+
+    def _factorised(self, q, k, v, C, W_pinv, R):
         n = q.shape[-2]
         A = C @ W_pinv                                                               # [B, H, N, m]
         A_c = A - A.mean(-2, keepdim=True)

@@ -65,7 +65,7 @@ def iterative_pinv(a: torch.Tensor, iters: int = 6, init: str = "norm1inf") -> t
 
 
 def newton_schulz_pinv(W: torch.Tensor, *, iters: int = 20, scaling: str = "norm1inf",
-                       ridge: float = 0.0) -> torch.Tensor:
+                       ridge: float = 0.0, step=None) -> torch.Tensor:
     """Moore–Penrose pseudo-inverse of ``[..., m, m]`` matrices by Newton–Schulz (Sec. 4.2):
     ``X_{k+1} = X_k (2I - P X_k)``, ``X_0 = alpha P^T``, ``P = W + ridge * I``.
 
@@ -73,6 +73,7 @@ def newton_schulz_pinv(W: torch.Tensor, *, iters: int = 20, scaling: str = "norm
     iteration converges for any P, symmetric or not); ``"soft"``: the released CUDA code's
     ``1.8 / max_rowsum(W)^2`` (valid for symmetric PSD W, as SOFT). The paper's printed ``alpha = 2/||W||_2``
     does not guarantee ``||I - alpha W W^T|| < 1`` and is not offered. Gradients flow through the iterations.
+    ``step(X, P)`` may replace the PyTorch iteration (e.g. ``attnbench.kernels.newton_schulz_step``).
     """
     if scaling not in NS_SCALINGS:
         raise ValueError(f"newton_schulz_pinv: argument 'scaling' must be one of {NS_SCALINGS}, got {scaling!r}")
@@ -85,7 +86,7 @@ def newton_schulz_pinv(W: torch.Tensor, *, iters: int = 20, scaling: str = "norm
         alpha = 1.8 / W.sum(-1).amax(-1).pow(2)
     X = alpha[..., None, None] * P.transpose(-1, -2)                                  # [..., m, m]
     for _ in range(iters):
-        X = X @ (2 * eye - P @ X)
+        X = step(X, P) if step is not None else X @ (2 * eye - P @ X)
     return X
 
 
