@@ -19,6 +19,11 @@ Kernels (one program per (batch*head, block), sequential over chunks of ``chunk_
     dk_i = v_i dS_i^T + dz_i,  dS_i = dS_N + sum_{t>=i} phi_q_t^T dnum_t,  dz_i = dz_N + sum_{t>=i} dden_t phi_q_t
                                                              (reverse sweep, grid (M/BK, B*H); also dS0, dz0)
     dv_i = phi_k_i dS_i                                      (reverse sweep, grid (D/BV, B*H))
+
+Precision: states, r_t and the returned final state are float32; o and the input gradients come back in the
+inputs' dtypes. float32 inputs use exact dots; float16 tiles are upcast and dotted in tf32 (float32 range: the
+unnormalised scores and states of e.g. NaLa's |k|^3 features cannot overflow); bfloat16 tiles are dotted in
+bfloat16 with float32 accumulation (the flash-linear-attention practice). Tile sizes: ``_tiles``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ._util import check_launchable, check_shape, dot_precision, jit, pow2, tl
 
 __all__ = ["chunk_linear_attn", "chunk_linear_attn_reference", "ChunkLinearAttnFunction"]
 
-MAX_FEATURE = 256  # the whole feature (M) or value (D) dimension of a chunk sits in one tile
+MAX_FEATURE = 256  # the forward / dv kernels hold all of M in a tile, the dq / dk kernels all of D
 
 
 # ----------------------------------------------------------------------------------------------- reference
@@ -296,14 +301,14 @@ def _bwd_dv_kernel(q, k, do, r, dsT, dv, N, M, D,
 # ----------------------------------------------------------------------------------------------- autograd
 
 
-_TILE_BUDGET = 28672  # live float32 tile elements per program: ~112 registers a thread at 8 warps (no spills)
+_TILE_BUDGET = 28672  # live tile elements per program: ~112 registers a thread at 8 warps
 
 
-def _shrink(footprint, sizes: dict, order: tuple) -> dict:
+def _shrink(footprint, sizes: dict, order: tuple, budget: int) -> dict:
     """Halve the largest tile size (ties: the first in ``order``; never below 16) until
-    ``footprint(**sizes) <= _TILE_BUDGET``."""
+    ``footprint(**sizes) <= budget``."""
     sizes = dict(sizes)
-    while footprint(**sizes) > _TILE_BUDGET:
+    while footprint(**sizes) > budget:
         name = max((n for n in order if sizes[n] > 16), key=lambda n: sizes[n], default=None)
         if name is None:
             break
@@ -316,13 +321,15 @@ def _tiles(M: int, D: int, chunk_size: int, dtype: torch.dtype) -> tuple[dict, d
 
     BT (tokens per tile) starts at ``chunk_size``, the M / D tiles at 64; the largest is halved until the live tiles fit
     the register budget of a GPU program (checked by ``benchmarks/bench_kernels.py --compile-check``). A smaller
-    tile changes rounding only. float32 runs unpipelined (num_stages=1) to keep its shared memory low."""
+    tile changes rounding only. Tiles upcast to float32 (float32, float16 inputs) get half the budget; float32 (exact
+    dots, which a GPU runs as FMA loops) also runs unpipelined (num_stages=1)."""
     BM, BD = pow2(M), pow2(D)
     launch = dict(num_warps=8, num_stages=1 if dtype == torch.float32 else 2)
+    budget = _TILE_BUDGET if dtype in _util.LOWP_DTYPES else _TILE_BUDGET // 2
     fv = _shrink(lambda BT, BV: 2 * BT * BM + BM * BV + 2 * BT * BV + BT * BT,   # q, k, S, v, num, A
-                 dict(BT=chunk_size, BV=min(BD, 64)), ("BV", "BT"))
+                 dict(BT=chunk_size, BV=min(BD, 64)), ("BV", "BT"), budget)
     qk = _shrink(lambda BT, BK: 2 * BT * BK + 2 * BT * BD + BK * BD + BT * BT,   # k, dq, v, do, S, A
-                 dict(BT=chunk_size, BK=min(BM, 64)), ("BK", "BT"))
+                 dict(BT=chunk_size, BK=min(BM, 64)), ("BK", "BT"), budget)
     return dict(fv, BM=BM, **launch), dict(qk, BD=BD, **launch)
 
 
@@ -344,7 +351,7 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         z = torch.empty(B, H, M, device=v.device, dtype=torch.float32)       # [B, H, M]
         prec = dot_precision(fq.dtype)
         lowp = fq.dtype in _util.LOWP_DTYPES
-        _fwd_kernel[(triton_cdiv(D, t["BV"]), B * H)](
+        _fwd_kernel[(_cdiv(D, t["BV"]), B * H)](
             fq, fk, v, o, r, S0c if S0c is not None else S, z0c if z0c is not None else z, S, z,
             N, M, D, offset, float(eps),
             BT=t["BT"], BM=t["BM"], BV=t["BV"], NORMALIZE=normalize, HAS_S0=S0c is not None,
@@ -360,8 +367,8 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         B, H, N, M = fq.shape
         D = v.shape[-1]
         fv, qk = _tiles(M, D, chunk_size, fq.dtype)
-        common = dict(PREC=dot_precision(fq.dtype), LOWP=fq.dtype in _util.LOWP_DTYPES, NORMALIZE=normalize, num_warps=fv["num_warps"],
-                      num_stages=fv["num_stages"])
+        common = dict(PREC=dot_precision(fq.dtype), LOWP=fq.dtype in _util.LOWP_DTYPES, NORMALIZE=normalize,
+                      num_warps=fv["num_warps"], num_stages=fv["num_stages"])
         do = do.contiguous()
         if normalize:  # dden_t = -(do_t . o_t) / r_t
             dden = -(do.float() * o.float()).sum(-1) / r                     # [B, H, N]
@@ -372,14 +379,14 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         dz0 = torch.empty(B, H, M, device=v.device, dtype=torch.float32)     # [B, H, M]
         dSc = dS.contiguous() if dS is not None else None
         dzc = dz.contiguous() if dz is not None else None
-        _bwd_dq_kernel[(triton_cdiv(M, qk["BK"]), B * H)](
+        _bwd_dq_kernel[(_cdiv(M, qk["BK"]), B * H)](
             fk, v, do, r, dden, S0 if S0 is not None else dS0, z0 if z0 is not None else dz0, dq, N, M, D,
             BT=qk["BT"], BK=qk["BK"], BD=qk["BD"], HAS_S0=S0 is not None, HAS_Z0=z0 is not None, **common)
-        _bwd_dk_kernel[(triton_cdiv(M, qk["BK"]), B * H)](
+        _bwd_dk_kernel[(_cdiv(M, qk["BK"]), B * H)](
             fq, v, do, r, dden, dSc if dSc is not None else dS0, dzc if dzc is not None else dz0, dk, dS0, dz0,
             N, M, D, BT=qk["BT"], BK=qk["BK"], BD=qk["BD"], HAS_DST=dSc is not None, HAS_DZT=dzc is not None,
             **common)
-        _bwd_dv_kernel[(triton_cdiv(D, fv["BV"]), B * H)](
+        _bwd_dv_kernel[(_cdiv(D, fv["BV"]), B * H)](
             fq, fk, do, r, dSc if dSc is not None else dS0, dv, N, M, D,
             BT=fv["BT"], BM=fv["BM"], BV=fv["BV"], HAS_DST=dSc is not None, **common)
         gS0 = dS0.to(S0.dtype) if had_S0 else None
@@ -387,7 +394,7 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         return dq, dk, dv, gS0, gz0, None, None, None, None
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 

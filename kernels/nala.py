@@ -8,7 +8,8 @@ For a token x ``[D]`` with n = max(||x||_2, eps), u = dir(x) = x / n and angles 
 
 Three forms with one meaning: ``nala_feature_map_reference`` (plain PyTorch, autograd), ``nala_feature_map``
 (Triton kernel, any device the kernels run on) and ``nala_feature_map_fused`` (PyTorch on row blocks that stay
-in cache, in-place, hand-written backward: the fast CPU path). The gradient of |u|^p (and |x|^lam) is 0 where
+in cache, in-place, hand-written backward; with several torch threads the blocks go to a pool of Python threads:
+the fast CPU path, about 2x the unfused map, ``benchmarks/bench_kernels.py``). The gradient of |u|^p (and |x|^lam) is 0 where
 the coordinate is 0, as in PyTorch's ``abs().pow()``.
 
 Backward (g = [g_c; g_s]): dmag = g_c cos + g_s sin, dtheta = mag (g_s cos - g_c sin),
@@ -19,6 +20,7 @@ dx = du / n + (dn - (du . u) / n) u  (the second term only where ||x|| >= eps)  
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -183,44 +185,77 @@ def nala_feature_map(x: torch.Tensor, *, is_query: bool, lam: float = 3.0, tau: 
 
 # ----------------------------------------------------------------------------------------------- fused PyTorch (CPU)
 
-_BLOCK_ELEMS = 1 << 16  # rows per block * D: the block's temporaries stay in L2
+_BLOCK_ELEMS = 1 << 16   # one thread: rows per block * D; the block's temporaries stay in L2
+_SERIAL_ELEMS = 1 << 14  # several threads: below ATen's grain size (32768), so an op runs on its calling thread
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), rebuilt when torch's thread count changes
 
 
-def _block_rows(D: int) -> int:
-    return max(1, _BLOCK_ELEMS // D)
+def _threads() -> int:
+    return torch.get_num_threads()
+
+
+def _for_blocks(R: int, D: int, body, scratch=lambda rows: None) -> None:
+    """Run ``body(r0, r1, buffers)`` over row blocks [r0, r1) of R rows, ``buffers = scratch(rows)`` per worker.
+
+    One torch thread: blocks of ``_BLOCK_ELEMS`` in a loop. More: blocks of ``_SERIAL_ELEMS``, split in contiguous
+    runs over a pool of ``torch.get_num_threads()`` Python threads (ATen ops release the GIL). No op then opens an
+    OpenMP region, so many small ops cost no barrier each -- which on a machine shared with other processes made
+    the blocked path slower than the unfused map.
+    """
+    global _pool
+    threads = _threads()
+    if threads <= 1 or R * D <= 2 * _SERIAL_ELEMS:
+        BR = max(1, min(R, _BLOCK_ELEMS // D))
+        buffers = scratch(BR)
+        for r0 in range(0, R, BR):
+            body(r0, min(R, r0 + BR), buffers)
+        return
+    BR = max(1, _SERIAL_ELEMS // D)
+    blocks = -(-R // BR)
+    per = -(-blocks // threads)                                              # blocks per worker
+
+    def work(w: int) -> None:
+        with torch.no_grad():                                                # grad mode is per thread
+            buffers = scratch(BR)
+            for b in range(w * per, min(blocks, (w + 1) * per)):
+                body(b * BR, min(R, (b + 1) * BR), buffers)
+
+    if _pool is None or _pool[0] != threads:
+        if _pool is not None:
+            _pool[1].shutdown(wait=False)
+        _pool = (threads, ThreadPoolExecutor(max_workers=threads, thread_name_prefix="attnbench-nala"))
+    for _ in _pool[1].map(work, range(threads)):                             # re-raises a worker's exception
+        pass
 
 
 def _fused_forward(x: torch.Tensor, is_query: bool, lam: float, tau: float, eps: float) -> torch.Tensor:
     D = x.shape[-1]
     x2 = x.reshape(-1, D)                                                    # [R, D]
     R = x2.shape[0]
-    out = x.new_empty(R, 2 * D)                                              # [R, 2D]
-    BR = min(R, _block_rows(D))
-    n = x.new_empty(BR, 1)                                                   # [BR, 1] block buffers, reused
-    u = x.new_empty(BR, D)                                                   # [BR, D]
-    t = x.new_empty(BR, D)                                                   # [BR, D]
-    for r0 in range(0, R, BR):
-        r1 = min(R, r0 + BR)
+    out = x.new_empty(R, 2, D)                                               # [R, 2, D]: cos half, sin half
+
+    def scratch(rows):
+        return x.new_empty(rows, 1), *(x.new_empty(rows, D) for _ in range(3))  # n [rows, 1]; u, t, c [rows, D]
+
+    def body(r0, r1, buffers):
         m = r1 - r0
-        xb, nb, ub, tb = x2[r0:r1], n[:m], u[:m], t[:m]
-        cb, sb = out[r0:r1, :D], out[r0:r1, D:]
+        nb, ub, tb, cb = (b[:m] for b in buffers)
+        xb, ob = x2[r0:r1], out[r0:r1]
         torch.linalg.vector_norm(xb, dim=-1, keepdim=True, out=nb).clamp_min_(eps)
         torch.div(xb, nb, out=ub)                                            # u = x / n
         torch.tanh(ub, out=tb).mul_(_PI4)                                    # theta
         torch.cos(tb, out=cb)
-        torch.sin(tb, out=sb)
+        tb.sin_()
         if is_query:
             torch.tanh(nb, out=nb).add_(tau).mul_(lam)                       # p (overwrites n: no longer needed)
             ub.abs_().log_().mul_(nb).exp_()                                 # |u|^p (log 0 = -inf -> 0)
         else:
-            torch.abs(xb, out=ub)
-            if lam == 3.0:
-                torch.mul(ub, ub, out=tb).mul_(ub)                           # |x|^3 by two multiplies
-                ub, tb = tb, ub
-            else:
-                ub.pow_(lam)
-        cb.mul_(ub)
-        sb.mul_(ub)
+            torch.abs(xb, out=ub).pow_(lam)                                  # |x|^lam
+        # out-of-place into the strided halves: in-place ops on strided views are slow on the CPU
+        torch.mul(cb, ub, out=ob[:, 0])
+        torch.mul(tb, ub, out=ob[:, 1])
+
+    _for_blocks(R, D, body, scratch)
     return out.reshape(*x.shape[:-1], 2 * D)
 
 
@@ -232,9 +267,8 @@ def _fused_backward(x: torch.Tensor, g: torch.Tensor, is_query: bool, lam: float
     g2 = g.reshape(-1, 2 * D)                                                # [R, 2D]
     R = x2.shape[0]
     dx = torch.empty_like(x2)                                                # [R, D]
-    BR = min(R, _block_rows(D))
-    for r0 in range(0, R, BR):
-        r1 = min(R, r0 + BR)
+
+    def body(r0, r1, _):
         xb, gc, gs = x2[r0:r1], g2[r0:r1, :D], g2[r0:r1, D:]
         nrm = torch.linalg.vector_norm(xb, dim=-1, keepdim=True)             # [m, 1]
         n = nrm.clamp_min(eps)
@@ -262,6 +296,8 @@ def _fused_backward(x: torch.Tensor, g: torch.Tensor, is_query: bool, lam: float
         if not is_query:
             dxb += (dm * lam * mag / xb).masked_fill_(zero, 0.0)
         dx[r0:r1] = dxb
+
+    _for_blocks(R, D, body)
     return dx.reshape(x.shape)
 
 

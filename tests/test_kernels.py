@@ -220,6 +220,33 @@ def test_nala_kernel_matches_reference_fwd_bwd(is_query, shape, lam, tau):
 
 
 @needs_kernels
+def test_nala_maps_into_causal_linear_attention():
+    """NaLa features (M = 2D) through the causal kernel, end to end, forward and backward into q, k, v."""
+    g = torch.Generator().manual_seed(7)
+    q64, k64, v64 = (torch.randn(1, 2, 45, 6, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
+
+    def run(q, k, v, fast):
+        phi = nala_feature_map if fast else nala_feature_map_reference
+        attn = chunk_linear_attn if fast else chunk_linear_attn_reference
+        kw = dict(chunk_size=16) if fast else {}
+        return attn(phi(q, is_query=True), phi(k, is_query=False), v, **kw)[0]
+
+    r64 = run(q64, k64, v64, False)
+    w = torch.randn_like(r64)
+    g64 = torch.autograd.grad(r64, (q64, k64, v64), w)
+    lo = _low([q64, k64, v64], torch.float32)
+    r32 = run(*lo, False)
+    g32 = torch.autograd.grad(r32, lo, w.float())
+    ks = _low([q64, k64, v64], torch.float32)
+    out = run(*ks, True)
+    gk = torch.autograd.grad(out, ks, w.float())
+    _assert_finite(out, *gk)
+    assert_within_policy(out, r32, r64, "nala attention")
+    for name, a, b, c in zip(["dq", "dk", "dv"], gk, g32, g64):
+        assert_within_policy(a, b, c, name)
+
+
+@needs_kernels
 @pytest.mark.parametrize("is_query", [True, False])
 def test_nala_kernel_float16_forward(is_query):
     x64 = _nala_input((1, 2, 9, 6), seed=1)
@@ -232,27 +259,26 @@ def test_nala_kernel_float16_forward(is_query):
 
 
 @pytest.mark.parametrize("is_query", [True, False])
-@pytest.mark.parametrize("lam,tau", [(3.0, 0.5), (2.5, 1.0)])
-def test_nala_fused_torch_path_matches_reference(is_query, lam, tau):
-    """The CPU fast path: exact in float64 (forward and hand-written backward), policy in float32."""
+@pytest.mark.parametrize("lam,tau,threads", [(3.0, 0.5, 1), (2.5, 1.0, 3)])
+def test_nala_fused_torch_path_matches_reference(is_query, lam, tau, threads, monkeypatch):
+    """The CPU fast path: exact in float64 (forward and hand-written backward), policy in float32; on one thread
+    (a block loop) and on a pool of Python threads (blocks split across workers), with several short blocks."""
     import attnbench.kernels.nala as nala
 
+    monkeypatch.setattr(nala, "_BLOCK_ELEMS", 5 * 6)      # serial path: blocks of 5 rows, the last one short
+    monkeypatch.setattr(nala, "_SERIAL_ELEMS", 4 * 6)     # pool path: blocks of 4 rows
+    monkeypatch.setattr(nala, "_threads", lambda: threads)
     x64 = _nala_input((2, 3, 7, 6), seed=2).requires_grad_()
     kw = dict(is_query=is_query, lam=lam, tau=tau)
     r64 = nala_feature_map_reference(x64, **kw)
     w = torch.randn_like(r64)
     (g64,) = torch.autograd.grad(r64, x64, w)
-    old = nala._BLOCK_ELEMS
-    nala._BLOCK_ELEMS = 5 * 6  # several row blocks, the last one short
-    try:
-        xf = x64.detach().clone().requires_grad_()
-        out = nala_feature_map_fused(xf, **kw)
-        (gf,) = torch.autograd.grad(out, xf, w)
-        x32 = x64.detach().float().requires_grad_()
-        out32 = nala_feature_map_fused(x32, **kw)
-        (gf32,) = torch.autograd.grad(out32, x32, w.float())
-    finally:
-        nala._BLOCK_ELEMS = old
+    xf = x64.detach().clone().requires_grad_()
+    out = nala_feature_map_fused(xf, **kw)
+    (gf,) = torch.autograd.grad(out, xf, w)
+    x32 = x64.detach().float().requires_grad_()
+    out32 = nala_feature_map_fused(x32, **kw)
+    (gf32,) = torch.autograd.grad(out32, x32, w.float())
     assert_matches_fp64(out, r64, "phi (fused, fp64)")
     assert_matches_fp64(gf, g64, "dx (fused, fp64)")
     xr = x64.detach().float().requires_grad_()

@@ -70,12 +70,21 @@ class NaLaFeatureMap(FeatureMap):
         direction = k / k.norm(dim=-1, keepdim=True).clamp_min(self.eps)            # [B, H, N, D]
         return self._lift(k, power_of_abs(k, self.lam), direction)
 
-    # fast form: |x|^p as exp(p log|x|) (ATen's pow with a tensor exponent is ~10x slower on the CPU)
+    # fast form: the fused CPU map of attnbench.kernels (cache-sized row blocks, in place, hand-written
+    # backward); the sign split uses |x|^p as exp(p log|x|) (ATen's pow with a tensor exponent is ~10x slower)
     def phi_q(self, q: torch.Tensor) -> torch.Tensor:
-        return self._phi_q(q, abs_pow)
+        if self.sign_split:
+            return self._phi_q(q, abs_pow)
+        from ..kernels import nala_feature_map_fused
+
+        return nala_feature_map_fused(q, is_query=True, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
-        return self._phi_k(k, abs_pow)
+        if self.sign_split:
+            return self._phi_k(k, abs_pow)
+        from ..kernels import nala_feature_map_fused
+
+        return nala_feature_map_fused(k, is_query=False, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def features_triton(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The fused Triton feature-map kernel (norm, tanh, power, cos, sin in one pass)."""
