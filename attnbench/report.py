@@ -404,6 +404,8 @@ class View:
     rich: Callable[[Source], list[Any]]
     markdown: Callable[[Source], str]
     plot: Callable[[Source, Path, str], list[Path]] | None = None
+    # tables shown once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such)
+    extra: Callable[[], list[Any]] | None = None
 
 
 VIEWS: dict[str, View] = {}
@@ -416,6 +418,13 @@ def register_view(suite: str, view: View) -> None:
 
 
 def view_of(suite: str) -> View:
+    if suite not in VIEWS:  # a suite package may register its view when imported (e.g. attnbench.suites.lra)
+        import importlib
+
+        try:
+            importlib.import_module(f"attnbench.suites.{suite}")
+        except ImportError:
+            pass
     return VIEWS.get(suite, GENERIC)
 
 
@@ -440,11 +449,18 @@ def table(suite: str, *, db: str | None = None, setting: str | None = None, comm
 
     console = console or Console()
     sources = load_sources(suite, db=db, include_committed=committed, setting=setting)
+    n = 0
     if not sources:
         console.print(f"no {suite} results: nothing in {resolve_db(db)} and no committed results/{suite}/*.jsonl; "
                       f"run `attnbench run {suite}` first")
-        return 0
-    return print_tables(suite, sources, console=console)
+    else:
+        n = print_tables(suite, sources, console=console)
+    extra = view_of(suite).extra
+    for t in extra() if extra else []:
+        console.print(t)
+        console.print()
+        n += 1
+    return n
 
 
 # --- plots -------------------------------------------------------------------------------------------------------

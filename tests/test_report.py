@@ -194,15 +194,15 @@ def test_ingest_cli(tmp_db, tmp_path):
 
 
 def test_generic_view_for_other_suites(tmp_db):
-    # a suite without a view of its own (e.g. LRA before it registers one): best score per attention and task
+    # a suite without a view of its own: best score per attention and task
     with Store() as s:
-        run = s.start_run(suite="lra", setting="lra/tiny", env={"device": "cpu", "device_name": "CPU"})
+        run = s.start_run(suite="demo", setting="demo/tiny", env={"device": "cpu", "device_name": "CPU"})
         s.add_many([run.record(task=t, attention=a, status=st, seed=seed, metrics={"score": sc}, dtype="fp32")
                     for t, a, st, seed, sc in [("listops", "linear", "ok", 0, 0.30), ("listops", "linear", "ok", 1, 0.34),
                                                ("listops", "softmax", "oom", 0, None), ("text", "linear", "ok", 0, 0.6)]])
     out = io.StringIO()
-    assert report.table("lra", console=Console(file=out, width=200)) == 1
+    assert report.table("demo", console=Console(file=out, width=200)) == 1
     text = out.getvalue()
-    assert "lra/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
-    md = report.export(report.select(suite="lra"), "markdown")
+    assert "demo/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
+    md = report.export(report.select(suite="demo"), "markdown")
     assert "| linear | 0.34 ±0.0283 (n=2) | 0.6 (n=1) |" in md

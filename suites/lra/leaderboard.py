@@ -1,0 +1,227 @@
+"""The LRA leaderboard: ``attnbench table lra`` and ``attnbench export --format markdown --suite lra``.
+
+A view over the results store (:mod:`attnbench.report`): one accuracy table per (setting, device) — rows
+attention, columns the tasks and their average, cells the test accuracy at the best validation step (mean ± std
+over seeds, n) — plus an efficiency table (training samples/s, peak memory, wall time per cell). Published numbers
+(:mod:`.reported`) are separate tables labelled "reported (...)", never rows of a measured table, and a setting's
+scores never share a column with another setting's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Iterable
+
+from attnbench.store import Measurement
+
+from .reported import REPORTED, ReportedTable
+
+TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
+BASELINE = "softmax"
+
+
+def _label(r: Measurement) -> str:
+    return r.attention + ("(" + ",".join(f"{k}={v}" for k, v in sorted(r.options.items())) + ")" if r.options else "")
+
+
+def _latest(records: Iterable[Measurement]) -> list[Measurement]:
+    """The latest record of each point (config hash); a finished one wins over an unfinished one."""
+    best: dict[str, Measurement] = {}
+    for r in records:
+        cur = best.get(r.config_hash)
+        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
+        if cur is None or key(r) >= key(cur):
+            best[r.config_hash] = r
+    return list(best.values())
+
+
+def _fmt_mean(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    s = f"{statistics.fmean(xs):.2f}"
+    if len(xs) > 1:
+        s += f" ± {statistics.stdev(xs):.2f} (n={len(xs)})"
+    return s
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
+    """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
+    groups: dict[tuple, list[Measurement]] = {}
+    for r in _latest(records):
+        groups.setdefault((r.setting, r.device), []).append(r)
+    out = []
+    for (setting, device), recs in sorted(groups.items()):
+        tasks = [t for t in TASK_ORDER if any(r.task == t for r in recs)]
+        labels = sorted({_label(r) for r in recs})
+        by: dict[tuple[str, str], list[Measurement]] = {}
+        for r in recs:
+            by.setdefault((_label(r), r.task), []).append(r)
+        for key, rs in by.items():  # seeds of the latest configuration only (a preset edited since is not mixed in)
+            last = max(rs, key=lambda m: (m.status == "ok", m.ended_at or "", m.id or 0))
+            same = {k: v for k, v in last.params.items() if k != "seed"}
+            by[key] = [m for m in rs if {k: v for k, v in m.params.items() if k != "seed"} == same]
+
+        def scores(lab: str, t: str) -> list[float]:
+            return [r.metrics["score"] for r in by.get((lab, t), []) if r.status == "ok" and "score" in r.metrics]
+
+        rows, avgs = [], {}
+        for lab in labels:
+            row = [lab, ",".join(sorted({r.impl or "-" for t in tasks for r in by.get((lab, t), [])}))]
+            means = []
+            for t in tasks:
+                xs = scores(lab, t)
+                if xs:
+                    row.append(_fmt_mean(xs))
+                    means.append(statistics.fmean(xs))
+                else:
+                    st = sorted({r.status for r in by.get((lab, t), [])})
+                    row.append("/".join(st) or "·")
+            avg = statistics.fmean(means) if len(means) == len(tasks) and tasks else None
+            avgs[lab] = avg
+            row.append(f"{avg:.2f}" if avg is not None else "-")
+            rows.append(row)
+        order = sorted(range(len(labels)), key=lambda i: (labels[i].split("(")[0] != BASELINE,
+                                                          -(avgs[labels[i]] or -math.inf), labels[i]))
+        rows = [rows[i] for i in order]
+        current = sorted((m for rs in by.values() for m in rs), key=lambda m: (m.ended_at or "", m.id or 0),
+                         reverse=True)  # baselines from the data of the configurations shown
+        maj = []
+        for t in tasks:
+            vals = [r.metrics.get("majority_test_acc") for r in current if r.task == t and r.status == "ok"]
+            vals = [v for v in vals if isinstance(v, (int, float))]
+            maj.append(f"{100 * vals[0]:.2f}" if vals else "-")
+        rows.append(["majority class (baseline)", "-", *maj, "-"])
+        if "listops" in tasks:
+            vals = [r.metrics.get("first_op_test_acc") for r in current if r.task == "listops" and r.status == "ok"]
+            vals = [v for v in vals if isinstance(v, (int, float))]
+            if vals:
+                rows.append(["first-operator heuristic (baseline)", "-",
+                             *[f"{100 * vals[0]:.2f}" if t == "listops" else "-" for t in tasks], "-"])
+        seeds = sorted({r.seed for r in recs if r.seed is not None})
+        names = sorted({r.device_name for r in recs if r.device_name})
+        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        dates = sorted({(r.ended_at or "")[:10] for r in recs} - {""})
+        title = f"LRA accuracy — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        cap = (f"{source_label}. Test accuracy (%) at the best validation step; mean ± std over seeds "
+               f"{seeds} when more than one. avg = mean over the {len(tasks)} task(s) shown. The majority-class row "
+               f"predicts the most frequent training class; the first-operator row (ListOps) predicts the most "
+               f"frequent training answer of the outermost operator. Commit {', '.join(commits)}; "
+               f"{dates[0] if len(dates) == 1 else '..'.join(dates[::max(1, len(dates) - 1)])}.")
+        out.append((title, ["attention", "impl", *tasks, f"avg ({len(tasks)})"], rows, cap))
+
+        eff_rows = []
+        for i in order:
+            lab = labels[i]
+            row = [lab]
+            total = 0.0
+            for t in tasks:
+                ok = [r for r in by.get((lab, t), []) if r.status == "ok"]
+                if not ok:
+                    row.append("-")
+                    continue
+                m = ok[-1].metrics
+                mem = m.get("peak_mem_bytes")
+                row.append(f"{m.get('train_samples_per_s', float('nan')):.1f}/s · "
+                           f"{(mem / 2**20) if isinstance(mem, (int, float)) else float('nan'):.0f} MiB · "
+                           f"{m.get('wall_s', float('nan')):.0f} s")
+                total += sum(r.metrics.get("wall_s", 0.0) for r in ok)
+            row.append(f"{total:.0f} s")
+            eff_rows.append(row)
+        methods = sorted({r.metrics.get("mem_method") for r in recs if r.metrics.get("mem_method")})
+        out.append((f"LRA efficiency — {setting} · {device}", ["attention", *tasks, "wall (all cells)"], eff_rows,
+                    f"Training samples/s (global batch, training steps only) · peak memory ({'; '.join(methods)}) · "
+                    f"wall time of the cell (training, evaluation, checkpoints). Timings are from one run on a "
+                    f"shared machine; compare them as ratios within one run."))
+    return out
+
+
+def reported_tables(tables: Iterable[ReportedTable] = REPORTED) -> list[tuple[str, list[str], list[list[str]], str]]:
+    out = []
+    for tab in tables:
+        rows = []
+        for r in tab.rows:
+            name = r.method + (f" [{r.attention}]" if r.attention else "")
+            cells = [f"{r.accuracy[t]:.2f}" if t in r.accuracy else "-" for t in TASK_ORDER]
+            rows.append([name, *cells, f"{r.avg:.2f}" if r.avg is not None else "-"])
+        out.append((f"{tab.label} — {tab.setting}", ["method [attnbench name]", *TASK_ORDER, "avg (5)"], rows,
+                    f"Published numbers, not measured by attnbench. Source: {tab.source}. {tab.notes}"))
+    return out
+
+
+# --- rendering (the attnbench.report view) ---------------------------------------------------------------------
+def _rich(tables, style: str = "green") -> list[Any]:
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = []
+    for title, header, rows, caption in tables:
+        t = Table(title=f"[bold]{escape(title)}[/]", caption=escape(caption), caption_justify="left",
+                  title_style=style)
+        for h in header:
+            t.add_column(escape(h), justify="left" if h.startswith(("attention", "method", "impl")) else "right",
+                         overflow="fold")
+        for row in rows:
+            t.add_row(*[escape(str(c)) for c in row])
+        out.append(t)
+    return out
+
+
+def _md(tables) -> str:
+    parts = []
+    for title, header, rows, caption in tables:
+        esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+        lines = ["| " + " | ".join(esc(h) for h in header) + " |",
+                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+        parts.append(f"#### {title}\n\n" + "\n".join(lines) + f"\n\n{caption}\n")
+    return "\n".join(parts)
+
+
+def rich_view(source) -> list[Any]:
+    """``attnbench.report`` view: the measured tables of one source (store or committed file)."""
+    return _rich(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
+
+
+def markdown_view(source) -> str:
+    return _md(measured_tables(source.records, source.label))
+
+
+def reported_rich() -> list[Any]:
+    return _rich(reported_tables(), "yellow")
+
+
+def reported_markdown() -> str:
+    return _md(reported_tables())
+
+
+def register() -> None:
+    """Register the LRA view with :mod:`attnbench.report` (``attnbench table lra``)."""
+    from attnbench import report
+
+    kwargs = {}
+    if "extra" in {f.name for f in __import__("dataclasses").fields(report.View)}:
+        kwargs["extra"] = reported_rich
+    report.register_view("lra", report.View(rich_view, markdown_view, **kwargs))
+
+
+def print_leaderboard(*, setting: str | None = None, db: str | None = None, console=None,
+                      committed: bool = True) -> int:
+    """Measured tables (the store, and committed ``results/lra/*.jsonl``) of ``setting``, then the reported
+    tables, each separate and labelled. Returns how many tables were printed."""
+    from rich.console import Console
+
+    from attnbench import report
+
+    console = console or Console()
+    n = 0
+    for src in report.load_sources("lra", db=db, setting=setting, include_committed=committed):
+        for t in rich_view(src):
+            console.print(t)
+            console.print()
+            n += 1
+    for t in reported_rich():
+        console.print(t)
+        console.print()
+        n += 1
+    return n

@@ -1,0 +1,390 @@
+"""The LRA suite's model, presets, runner and leaderboard, end to end on very small configs.
+
+Data: ListOps and Pathfinder are generated (suites/lra/generate.py); Text, Retrieval and Image are small files in
+their real formats (aclImdb/, tsv_data/new_aan_pairs.*.tsv, cifar-10-batches-py/) written here, read by the
+readers of suites/lra/data.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from attnbench.store import Store
+from attnbench.suites.lra import config as C
+from attnbench.suites.lra import train as T
+from attnbench.suites.lra.model import LRAClassifier, LRADualClassifier, build_model, masked_mean
+
+# --------------------------------------------------------------------------------------------- helpers
+
+MODEL = """
+[model]
+dim = 16
+ffn_dim = 32
+heads = 2
+head_dim = 8
+layers = 1
+dropout = {dropout}
+"""
+
+PRESET = """
+name = "unit"
+description = "unit-test preset"
+tasks_default = ["listops", "pathfinder"]
+{model}
+[train]
+batch_size = 8
+lr = 3e-3
+warmup = 2
+steps = {steps}
+eval_every = {eval_every}
+eval_batch_size = 16
+checkpoint_every = {ckpt}
+clip_grad_value = 1.0
+
+[tasks.listops]
+seq_len = 64
+[tasks.listops.generate]
+n_train = 64
+n_val = 16
+n_test = 16
+max_depth = 4
+max_args = 4
+min_length = 8
+max_length = 64
+
+[tasks.pathfinder]
+seq_len = 1024
+batch_size = 4
+steps = 3
+eval_every = 3
+[tasks.pathfinder.generate]
+n = 20
+
+[tasks.text]
+seq_len = 96
+batch_size = 4
+steps = 3
+eval_every = 3
+
+[tasks.retrieval]
+seq_len = 48
+batch_size = 4
+steps = 3
+eval_every = 3
+
+[tasks.image]
+seq_len = 1024
+batch_size = 4
+steps = 3
+eval_every = 3
+"""
+
+
+def write_preset(path: Path, *, steps=6, eval_every=3, ckpt=0, dropout=0.1) -> Path:
+    path.write_text(PRESET.format(model=MODEL.format(dropout=dropout), steps=steps, eval_every=eval_every,
+                                  ckpt=ckpt))
+    return path
+
+
+def write_real_data(root: Path) -> Path:
+    """Tiny files in the real formats of Text (aclImdb), Retrieval (AAN TSV) and Image (CIFAR-10 pickles)."""
+    rng = np.random.default_rng(0)
+    words = ["good", "bad", "film", "plot", "great", "awful", "actor", "boring", "fun", "the"]
+    for sub in ("train", "test"):
+        for cls in ("neg", "pos"):
+            d = root / "aclImdb" / sub / cls
+            d.mkdir(parents=True)
+            for i in range(8):
+                text = " ".join(rng.choice(words, size=int(rng.integers(5, 30))))
+                (d / f"{i}_{7 if cls == 'pos' else 2}.txt").write_text(text)
+    tsv = root / "tsv_data"
+    tsv.mkdir()
+    for split in ("train", "eval", "test"):
+        lines = []
+        for i in range(12):
+            a = " ".join(rng.choice(words, size=8))
+            b = " ".join(rng.choice(words, size=6))
+            lines.append(f"{float(i % 2)}\tP{i}\tQ{i}\t{a}\t{b}")
+        (tsv / f"new_aan_pairs.{split}.tsv").write_text("\n".join(lines) + "\n")
+    cif = root / "cifar-10-batches-py"
+    cif.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(cif / name, "wb") as f:
+            pickle.dump({b"labels": rng.integers(0, 10, size=6).tolist(),
+                         b"data": rng.integers(0, 256, size=(6, 3072), dtype=np.uint8)}, f)
+    return root
+
+
+def quiet() -> Console:
+    return Console(file=open(os.devnull, "w"), width=200)
+
+
+def records(db, **kw):
+    with Store(db) as s:
+        return s.measurements(suite="lra", **kw)
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+@pytest.mark.parametrize("attention", ["softmax", "nala", "mirrorla", "polaformer", "linear"])
+def test_model_forward_backward(attention):
+    torch.manual_seed(0)
+    m = build_model(attention, vocab_size=20, num_classes=5, seq_len=32, pair=False, pad_id=0, dim=16, ffn_dim=32,
+                    heads=2, head_dim=8, layers=2, dropout=0.1)
+    assert isinstance(m, LRAClassifier) and not isinstance(m, LRADualClassifier)
+    x = torch.randint(1, 20, (3, 32))
+    x[0, 20:] = 0  # padding
+    out = m(x)
+    assert out.shape == (3, 5) and torch.isfinite(out).all()
+    out.logsumexp(-1).sum().backward()
+    grads = [p.grad for p in m.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "nala", "polaformer"])
+def test_retrieval_dual_head_shares_the_encoder(attention):
+    m = build_model(attention, vocab_size=257, num_classes=2, seq_len=24, pair=True, pad_id=0, dim=16, ffn_dim=32,
+                    heads=2, head_dim=8, layers=1, dropout=0.0)
+    assert isinstance(m, LRADualClassifier)
+    assert m.head[0].in_features == 4 * 16  # [u, v, u*v, u-v]
+    a, b = torch.randint(1, 257, (2, 24)), torch.randint(1, 257, (2, 24))
+    out = m(a, b)
+    assert out.shape == (2, 2)
+    out.sum().backward()
+    m.eval()
+    u, v = m.encode(a), m.encode(b)
+    torch.testing.assert_close(m(a, b), m.head(torch.cat([u, v, u * v, u - v], -1)))
+
+
+def test_masked_mean_ignores_padding_and_pixel_tasks_have_no_mask():
+    x = torch.arange(12.0).reshape(1, 4, 3)
+    mask = torch.tensor([[True, True, False, False]])
+    torch.testing.assert_close(masked_mean(x, mask), x[:, :2].mean(1))
+    m = build_model("softmax", vocab_size=256, num_classes=2, seq_len=16, pair=False, pad_id=None, dim=16,
+                    ffn_dim=32, heads=2, head_dim=8, layers=1, dropout=0.0)
+    assert m._mask(torch.zeros(1, 16, dtype=torch.long)) is None  # black pixels (id 0) are data, not padding
+
+
+def test_model_is_pre_ln_with_final_norm():
+    m = build_model("softmax", vocab_size=10, num_classes=2, seq_len=8, pair=False, pad_id=0, dim=16, ffn_dim=32,
+                    heads=2, head_dim=8, layers=2, dropout=0.0)
+    blk = m.encoder.blocks[0]
+    assert hasattr(blk, "norm1") and hasattr(blk, "norm2") and hasattr(m.encoder, "norm")
+    assert blk.mha.w_q.out_features == 2 * 8 and blk.mha.out.in_features == 16
+
+
+# ------------------------------------------------------------------------------------------------ presets
+
+
+def test_embedded_presets_carry_the_published_settings():
+    sky = C.load_preset("skyformer")
+    assert (sky.model.dim, sky.model.ffn_dim, sky.model.heads, sky.model.head_dim, sky.model.layers,
+            sky.model.dropout) == (64, 128, 2, 32, 2, 0.1)
+    lo, te, re, im, pf = (sky.task(t) for t in ("listops", "text", "retrieval", "image", "pathfinder"))
+    assert (lo.seq_len, lo.batch_size, lo.lr, lo.warmup, lo.eval_every) == (2000, 32, 1e-4, 1000, 500)
+    assert (te.seq_len, te.batch_size, te.lr, te.warmup) == (4000, 32, 1e-4, 80)
+    assert (re.seq_len, re.batch_size, re.lr, re.warmup, re.eval_every) == (4000, 16, 2e-4, 800, 1000)
+    assert (im.seq_len, im.batch_size, im.lr, im.warmup, im.eval_every, im.patience) == (1024, 256, 1e-4, 175, 50, 0)
+    assert (pf.seq_len, pf.batch_size, pf.lr, pf.warmup) == (1024, 128, 2e-4, 312)
+    assert {t.steps for t in sky.tasks.values()} == {50000} and lo.patience == 10 and lo.clip_grad_value == 1.0
+    assert sky.key == "lra/skyformer" and all(t.generate is None for t in sky.tasks.values())
+    tiny = C.load_preset("tiny")
+    assert tiny.key == "lra/tiny" and tiny.task("listops").generate and tiny.task("pathfinder").generate
+    assert tiny.model == sky.model  # same model, smaller data and budget
+
+
+@pytest.mark.parametrize("snippet, where, key", [
+    ("colour = 1\n", "top level", "colour"),
+    ("[model]\ndims = 64\n", "[model]", "dims"),
+    ("[train]\nlearning_rate = 1e-3\n", "[train]", "learning_rate"),
+    ("[tasks.listops]\nseq_len = 8\nbatch_size = 2\nlr = 1.0\nwarmup = 0\nsteps = 2\neval_every = 1\nbtach = 3\n",
+     "[tasks.listops]", "btach"),
+    ("[tasks.listops]\nseq_len = 8\nbatch_size = 2\nlr = 1.0\nwarmup = 0\nsteps = 2\neval_every = 1\n"
+     "[tasks.listops.generate]\nn_train = 1\nn_val = 1\nn_test = 1\ndepth = 3\n", "[tasks.listops.generate]", "depth"),
+    ("[tasks.sentiment]\nseq_len = 8\n", "[tasks]", "sentiment"),
+])
+def test_preset_loader_rejects_unknown_keys_naming_key_and_file(tmp_path, snippet, where, key):
+    p = tmp_path / "bad.toml"
+    body = 'name = "bad"\n' + snippet
+    if "[tasks." not in snippet:
+        body += "\n[tasks.listops]\nseq_len = 8\nbatch_size = 2\nlr = 1.0\nwarmup = 0\nsteps = 2\neval_every = 1\n"
+    p.write_text(body)
+    with pytest.raises(C.PresetError) as e:
+        C.load_preset(p)
+    msg = str(e.value)
+    assert str(p) in msg and where in msg and repr(key) in msg, msg
+
+
+def test_preset_loader_rejects_wrong_types_and_generators_for_real_only_tasks(tmp_path):
+    p = tmp_path / "bad.toml"
+    base = "[tasks.text]\nseq_len = 8\nbatch_size = 2\nlr = 1.0\nwarmup = 0\nsteps = 2\neval_every = 1\n"
+    p.write_text('name = "bad"\n' + base.replace("steps = 2", 'steps = "2"'))
+    with pytest.raises(C.PresetError, match=r"\[tasks.text\]: key 'steps': expected int"):
+        C.load_preset(p)
+    p.write_text('name = "bad"\n' + base + "[tasks.text.generate]\nn = 3\n")
+    with pytest.raises(C.PresetError, match="has no generator"):
+        C.load_preset(p)
+    with pytest.raises(Exception, match="unknown LRA preset 'tinny'; did you mean 'tiny'"):
+        C.load_preset("tinny")
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def test_every_task_end_to_end_and_the_leaderboard(tmp_path):
+    """listops + pathfinder generated; text, retrieval, image read from real-format files; via the CLI."""
+    from attnbench.cli import app
+
+    data = write_real_data(tmp_path / "data")
+    preset = write_preset(tmp_path / "p.toml", steps=3, eval_every=3)
+    db, out = tmp_path / "db.sqlite", tmp_path / "work"
+    res = CliRunner().invoke(app, ["run", "lra", "--attn", "softmax,nala", "--preset", str(preset), "--data-dir",
+                                   str(data), "--tasks", "listops,text,retrieval,image,pathfinder", "--db", str(db),
+                                   "--out", str(out)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    recs = records(db)
+    assert sorted((r.task, r.attention) for r in recs) == sorted(
+        (t, a) for t in ("listops", "text", "retrieval", "image", "pathfinder") for a in ("softmax", "nala"))
+    for r in recs:
+        assert r.status == "ok", (r.task, r.attention, r.error)
+        m = r.metrics
+        assert 0 <= m["test_acc"] <= 1 and m["score"] == pytest.approx(100 * m["test_acc"])
+        assert m["train_samples_per_s"] > 0 and m["wall_s"] > 0 and "peak_mem_bytes" in m
+        assert 0 <= m["majority_test_acc"] <= 1 and m["steps_run"] == 3
+        assert r.setting == "lra/unit" and r.seed == 0 and r.impl and r.git_commit is not None
+        assert r.packages.get("torch") and r.device == "cpu" and r.started_at and r.ended_at
+    lo = [r for r in recs if r.task == "listops"][0].metrics
+    assert 0 <= lo["first_op_test_acc"] <= 1  # the ListOps heuristic baseline
+    origin = {r.task: r.metrics["data"] for r in recs}
+    assert origin["listops"].startswith("generated:") and origin["pathfinder"].startswith("generated:")
+    assert all(origin[t].startswith("files:") for t in ("text", "retrieval", "image"))
+    # the leaderboard: measured rows, then a separate table of reported rows, labelled
+    text = res.output
+    assert "LRA accuracy — lra/unit" in text and "majority class (baseline)" in text
+    assert "reported (NaLaFormer Table 14, Skyformer setting)" in text
+    measured = text.split("reported (NaLaFormer Table 14")[0]
+    assert "NaLaFormer" not in measured and "73.48" not in measured
+
+
+def test_tasks_without_data_are_skipped_with_where_to_put_it(tmp_path):
+    preset = write_preset(tmp_path / "p.toml")
+    out = []
+    console = Console(file=open(os.devnull, "w"), width=300)
+    console.print = lambda *a, **k: out.append(" ".join(map(str, a)))  # type: ignore[method-assign]
+    summary = T.run_lra(attentions=["softmax"], tasks=["text", "image"], preset=str(preset), db=str(tmp_path / "db"),
+                        out=str(tmp_path / "w"), console=console, progress=False)
+    assert [o.status for o in summary.outcomes] == ["skipped", "skipped"]
+    msg = "\n".join(out)
+    assert "aclImdb" in msg and "cifar-10-batches-py" in msg and "--data-dir" in msg
+    assert records(tmp_path / "db") == []
+
+
+class Killed(BaseException):
+    """Not an Exception and not KeyboardInterrupt: nothing in the runner handles it (a hard kill)."""
+
+
+def _run(tmp_path, name, preset, **kw):
+    return T.run_lra(attentions=kw.pop("attentions", ["softmax"]), tasks=kw.pop("tasks", ["listops"]),
+                     preset=str(preset), db=str(tmp_path / f"{name}.db"), out=str(tmp_path / name), console=quiet(),
+                     progress=False, **kw)
+
+
+def test_resume_after_a_kill_continues_from_the_checkpoint_and_matches(tmp_path):
+    preset = write_preset(tmp_path / "p.toml", steps=8, eval_every=4, ckpt=3)
+    ref = _run(tmp_path, "ref", preset).outcomes[0]
+    assert ref.status == "ok" and ref.metrics["resumed_from"] is None
+
+    def kill_at_7(task, attn, step, loss):
+        if step == 7:
+            raise Killed
+
+    with pytest.raises(Killed):
+        _run(tmp_path, "k", preset, hooks=T.Hooks(after_step=kill_at_7))
+    ckpts = list((tmp_path / "k" / "checkpoints").rglob("*.pt"))
+    assert len(ckpts) == 1 and torch.load(ckpts[0], weights_only=False)["state"]["step"] == 6
+    assert records(tmp_path / "k.db") == []  # nothing finished
+    steps = []
+    resumed = _run(tmp_path, "k", preset, hooks=T.Hooks(after_step=lambda t, a, s, l: steps.append(s))).outcomes[0]
+    assert steps == [7, 8] and resumed.metrics["resumed_from"] == 6
+    for key in ("test_acc", "test_loss", "best_val_acc", "best_step", "final_train_loss"):
+        assert resumed.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-6, abs=1e-9), key
+    flat = lambda h: [x for row in h for x in row]  # noqa: E731
+    assert flat(resumed.metrics["val_history"]) == pytest.approx(flat(ref.metrics["val_history"]), rel=1e-6)
+    assert not list((tmp_path / "k" / "checkpoints").rglob("*.pt"))  # a finished cell drops its checkpoint
+    # finished cells are skipped; --force reruns them
+    again = _run(tmp_path, "k", preset)
+    assert [o.status for o in again.outcomes] == ["skipped"] and len(records(tmp_path / "k.db")) == 1
+    forced = _run(tmp_path, "k", preset, force=True)
+    assert [o.status for o in forced.outcomes] == ["ok"] and len(records(tmp_path / "k.db")) == 2
+
+
+def test_ctrl_c_records_interrupted_stops_the_sweep_and_resumes(tmp_path):
+    preset = write_preset(tmp_path / "p.toml", steps=6, eval_every=3)
+
+    def ctrl_c(task, attn, step, loss):
+        if attn == "softmax" and step == 4:
+            raise KeyboardInterrupt
+
+    s = _run(tmp_path, "i", preset, attentions=["softmax", "nala"], hooks=T.Hooks(after_step=ctrl_c))
+    assert s.interrupted and [o.status for o in s.outcomes] == ["interrupted"]  # nala never started
+    assert [r.status for r in records(tmp_path / "i.db")] == ["interrupted"]
+    s2 = _run(tmp_path, "i", preset, attentions=["softmax", "nala"])
+    assert [(o.attention, o.status) for o in s2.outcomes] == [("softmax", "ok"), ("nala", "ok")]
+    assert s2.outcomes[0].metrics["resumed_from"] == 3
+
+
+def test_nan_loss_fails_the_cell_and_the_sweep_goes_on(tmp_path):
+    preset = write_preset(tmp_path / "p.toml", steps=4, eval_every=2)
+
+    def poison(task, attn, step, loss):
+        return loss * float("nan") if attn == "softmax" and step == 2 else loss
+
+    s = _run(tmp_path, "n", preset, attentions=["softmax", "nala"], hooks=T.Hooks(transform_loss=poison))
+    by = {o.attention: o for o in s.outcomes}
+    assert by["softmax"].status == "failed" and "loss is nan at step 2" in by["softmax"].error
+    assert by["nala"].status == "ok"
+    rec = {r.attention: r for r in records(tmp_path / "n.db")}
+    assert rec["softmax"].status == "failed" and "nan" in rec["softmax"].error and rec["nala"].status == "ok"
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
+    """torchrun with 2 CPU processes on gloo vs 1 process, global batch 8, dropout 0 (with dropout the two runs
+    draw different masks: each rank has its own stream)."""
+    preset = write_preset(tmp_path / "p.toml", steps=6, eval_every=3, dropout=0.0)
+    one = _run(tmp_path, "one", preset).outcomes[0]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "attnbench.cli", "run", "lra", "--attn", "softmax", "--tasks", "listops",
+           "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "launching 2 processes" in proc.stdout and "torch.distributed.run" in proc.stdout
+    (two,) = records(tmp_path / "two.db")
+    assert two.status == "ok" and two.metrics["world_size"] == 2
+    for key in ("test_acc", "best_val_acc", "best_step"):
+        assert two.metrics[key] == pytest.approx(one.metrics[key], abs=1e-9), key
+    for key in ("test_loss", "final_train_loss"):
+        assert two.metrics[key] == pytest.approx(one.metrics[key], rel=1e-4), key
+    # a run is keyed by its global batch, not by the number of processes: the 1-process run's cell is the same cell
+    with Store(tmp_path / "one.db") as s:
+        assert s.measurements(suite="lra")[0].config_hash == two.config_hash
+
+
+def test_train_order_and_sharding_are_deterministic():
+    o = T.TrainOrder(n=20, batch=8, seed=3)
+    a = [o.indices(s).tolist() for s in range(5)]
+    b = [T.TrainOrder(n=20, batch=8, seed=3).indices(s).tolist() for s in range(5)]
+    assert a == b and len(set(a[0] + a[1])) == 16  # no repeats within an epoch (2 batches of 8 of 20)
+    assert a[2] != a[0]  # a new permutation for epoch 1
+    assert T.step_seed(0, 5, 0) != T.step_seed(0, 5, 1) and T.step_seed(0, 5, 0) == T.step_seed(0, 5, 0)
