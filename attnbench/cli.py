@@ -218,6 +218,42 @@ def run_lra_cmd(
         raise typer.Exit(code=rc)
 
 
+# --- suite data: generators that write the official LRA layouts (suites/lra/generate.py) ----------------------
+@data_app.command("listops")
+def data_listops_cmd(out: str = typer.Option(..., "--out", help="directory; writes listops-1000/basic_*.tsv"),
+                     n_train: int = typer.Option(96000, "--n-train"), n_val: int = typer.Option(2000, "--n-val"),
+                     n_test: int = typer.Option(2000, "--n-test"), seed: int = typer.Option(0, "--seed"),
+                     max_depth: int = typer.Option(10, "--max-depth"), max_args: int = typer.Option(10, "--max-args"),
+                     min_length: int = typer.Option(500, "--min-length"),
+                     max_length: int = typer.Option(2000, "--max-length")) -> None:
+    """Generate ListOps with the LRA algorithm (defaults: the release's sizes and length bounds)."""
+    from .suites.lra.generate import generate_listops
+
+    try:
+        paths = generate_listops(out, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, max_depth=max_depth,
+                                 max_args=max_args, min_length=min_length, max_length=max_length)
+    except (ValueError, RuntimeError, OSError) as e:
+        fail(str(e))
+    for split, path in paths.items():
+        console.print(f"{split}: {path}")
+
+
+@data_app.command("pathfinder")
+def data_pathfinder_cmd(out: str = typer.Option(..., "--out", help="directory; writes pathfinder<size>/curv_*/"),
+                        n: int = typer.Option(2000, "--n", help="number of images (labels balanced)"),
+                        seed: int = typer.Option(0, "--seed"),
+                        contour_length: int = typer.Option(14, "--contour-length", help="6 (baseline), 9 or 14"),
+                        size: int = typer.Option(32, "--size", help="image side: 32, 64 or 128")) -> None:
+    """Generate Pathfinder images (two markers, paddle contours, distractors) in the release's layout."""
+    from .suites.lra.generate import generate_pathfinder
+
+    try:
+        path = generate_pathfinder(out, n=n, seed=seed, contour_length=contour_length, size=size)
+    except (ValueError, RuntimeError, OSError) as e:
+        fail(str(e))
+    console.print(f"wrote {n} images under {path}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

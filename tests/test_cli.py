@@ -33,3 +33,17 @@ def test_check_reports_a_disagreement(monkeypatch):
     result = runner.invoke(app, ["check", "--attn", "linear"], env={"COLUMNS": "250"})
     assert result.exit_code == 1
     assert "mismatch" in result.output
+
+
+def test_data_generators_write_files_the_readers_parse(tmp_path):
+    from attnbench.suites.lra.data import load_listops, load_pathfinder
+
+    r = runner.invoke(app, ["data", "listops", "--out", str(tmp_path), "--n-train", "40", "--n-val", "10",
+                            "--n-test", "10", "--min-length", "10", "--max-length", "60", "--max-depth", "3",
+                            "--max-args", "4"])
+    assert r.exit_code == 0, r.output
+    assert len(load_listops(tmp_path, "train", max_length=64).labels) == 40
+    r = runner.invoke(app, ["data", "pathfinder", "--out", str(tmp_path), "--n", "20", "--contour-length", "6"])
+    assert r.exit_code == 0, r.output
+    ds = load_pathfinder(tmp_path, "train", difficulty="easy")
+    assert len(ds.labels) > 0
