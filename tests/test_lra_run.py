@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 from rich.console import Console
+
+import attnbench
 from typer.testing import CliRunner
 
 from attnbench.store import Store
@@ -137,8 +139,9 @@ def records(db, **kw):
 # ------------------------------------------------------------------------------------------------ model
 
 
-@pytest.mark.parametrize("attention", ["softmax", "nala", "mirrorla", "polaformer", "linear"])
+@pytest.mark.parametrize("attention", attnbench.names())
 def test_model_forward_backward(attention):
+    """Every registered attention trains inside the LRA model (built by name with build_for_length)."""
     torch.manual_seed(0)
     m = build_model(attention, vocab_size=20, num_classes=5, seq_len=32, pair=False, pad_id=0, dim=16, ffn_dim=32,
                     heads=2, head_dim=8, layers=2, dropout=0.1)

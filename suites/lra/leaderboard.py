@@ -131,8 +131,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         methods = sorted({r.metrics.get("mem_method") for r in recs if r.metrics.get("mem_method")})
         out.append((f"LRA efficiency — {setting} · {device}", ["attention", *tasks, "wall (all cells)"], eff_rows,
                     f"Training samples/s (global batch, training steps only) · peak memory ({'; '.join(methods)}) · "
-                    f"wall time of the cell (training, evaluation, checkpoints). Timings are from one run on a "
-                    f"shared machine; compare them as ratios within one run."))
+                    f"wall time of the cell (training, evaluation, checkpoints). Timings come from whatever machine "
+                    f"ran the cells, often shared (see the load notes of committed results): rough ratios only."))
     return out
 
 
