@@ -232,6 +232,19 @@ class CheckResult:
                 "check_seq_len": self.seq_len}
 
 
+def make_step(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor | None):
+    """The timed call: a forward under no_grad, or (``g`` given) forward and backward with output gradient g."""
+    if g is not None:
+        def step():
+            q.grad = k.grad = v.grad = None
+            module(q, k, v).backward(g)
+    else:
+        def step():
+            with torch.no_grad():
+                module(q, k, v)
+    return step
+
+
 def build_attention(name: str, *, seq_len: int, heads: int, head_dim: int, causal: bool, impl: str = "auto",
                     options: dict | None = None):
     """Build through ``build_for_length`` (mechanisms whose options depend on N, e.g. Linformer)."""
@@ -363,14 +376,7 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
         raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 0 bytes (injected "
                            "out-of-memory, test hook)")
 
-    if grad:
-        def step():
-            q.grad = k.grad = v.grad = None
-            module(q, k, v).backward(g)
-    else:
-        def step():
-            with torch.no_grad():
-                module(q, k, v)
+    step = make_step(module, q, k, v, g)
 
     # 1. peak memory of the first call (the gate has already warmed up the libraries at a small shape)
     if cuda:

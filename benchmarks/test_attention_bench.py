@@ -72,14 +72,7 @@ def test_attention(benchmark, point, cfg):
     q, k, v = (torch.randn(shape, dtype=tdtype).requires_grad_(grad) for _ in range(3))
     g = torch.randn(shape, dtype=tdtype) if grad else None
 
-    if grad:
-        def step():
-            q.grad = k.grad = v.grad = None
-            module(q, k, v).backward(g)
-    else:
-        def step():
-            with torch.no_grad():
-                module(q, k, v)
+    step = bench.make_step(module, q, k, v, g)
 
     flops = bench.count_flops(step)
     benchmark.extra_info.update({

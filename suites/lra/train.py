@@ -35,7 +35,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -45,10 +44,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
+
 import torch.nn.functional as F
 
 from attnbench import provenance, registry
 from attnbench.protocol import AttnbenchError
+from attnbench.interrupts import sigterm_as_interrupt
 
 from . import data as lra_data
 from .config import GENERATORS, PAIR_TASKS, TASKS, Preset, TaskConfig, load_preset
@@ -596,25 +597,6 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (``kill``) behaves like Ctrl-C: the cell in flight is recorded ``interrupted``."""
-    try:
-        old = signal.getsignal(signal.SIGTERM)
-
-        def handler(signum, frame):  # noqa: ARG001
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def plan_cells(preset: Preset, attentions: Sequence[str], tasks: Sequence[str], *, seed: int, device: str,
                data_fingerprints: dict[str, str]) -> list[Cell]:
     from attnbench.store import point_hash
@@ -760,7 +742,7 @@ def _run(pre: Preset, attentions, tasks, *, data_dir, seed, force, nproc, db, ou
     bars = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console,
                     disable=not (progress and dist.main), transient=False)
-    with bars, _sigterm_as_interrupt():
+    with bars, sigterm_as_interrupt():
         overall = bars.add_task("lra cells", total=len(todo), info="")
         for cell in todo:
             ckpt = _checkpoint_path(work, pre.key, cell, seed)

@@ -18,16 +18,15 @@ out-of-memory error, sleeps past its budget, or raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import signal
 import warnings
 from typing import Any, Iterable
 
 from attnbench import bench, provenance, registry
 from attnbench.protocol import AttnbenchError
 from attnbench.store import Measurement, Store, point_hash
+from attnbench.interrupts import sigterm_as_interrupt
 
 from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
 
@@ -191,22 +190,6 @@ class ScalingResult:
         return out
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (``kill``) behaves like Ctrl-C: the point in flight is recorded ``interrupted``."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def _summary_line(m: Measurement) -> str:
     from rich.markup import escape
 
@@ -270,7 +253,7 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
         records.append(m)
         return m
 
-    with _sigterm_as_interrupt(), bar:
+    with sigterm_as_interrupt(), bar:
         job = bar.add_task("", total=len(plan.points))
         try:
             for p in plan.points:
