@@ -143,6 +143,21 @@ def _quantile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
+def round_robin(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Median wall time of each callable, the callables interleaved round by round (standalone benchmark
+    scripts comparing two forms in one run)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def time_fn(fn: Callable[[], Any], *, warmup_ms: float = 100.0, rep_ms: float = 1000.0, min_reps: int = 3,
             max_reps: int = 100, estimate_s: float | None = None, sync: Callable[[], None] | None = None
             ) -> TimingStats:

@@ -36,12 +36,8 @@ def _describe(t: torch.Tensor) -> str:
     return f"shape {tuple(t.shape)} dtype {str(t.dtype).replace('torch.', '')}"
 
 
-def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, heads: int, head_dim: int,
-                 name: str, value_dim: int | None = None, even_value_dim: bool = False) -> None:
-    """Check q, k, v against the protocol of an attention built with ``heads`` and ``head_dim``.
-
-    Raises :class:`ShapeError` naming the offending argument.
-    """
+def validate_tensors(q, k, v, *, name: str) -> None:
+    """q, k, v are rank-4 floating tensors of one dtype on one device (shared by every op taking q, k, v)."""
     for arg, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ShapeError(f"{name}: argument {arg!r} must be a torch.Tensor, got {type(t).__name__}")
@@ -55,6 +51,15 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, heads: in
         raise ShapeError(f"{name}: q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if q.device != k.device or q.device != v.device:
         raise ShapeError(f"{name}: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+
+
+def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, heads: int, head_dim: int,
+                 name: str, value_dim: int | None = None, even_value_dim: bool = False) -> None:
+    """Check q, k, v against the protocol of an attention built with ``heads`` and ``head_dim``.
+
+    Raises :class:`ShapeError` naming the offending argument.
+    """
+    validate_tensors(q, k, v, name=name)
     B, H, N, D = q.shape
     if H != heads:
         raise ShapeError(f"{name}: argument 'q' has {H} heads (dim 1) but the attention was built with "

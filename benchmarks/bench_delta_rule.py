@@ -20,13 +20,12 @@ Target (issue of the delta-rule op): attnbench >= 3x faster than FLA's ``delta_r
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
+from attnbench.bench import round_robin
 from attnbench.ops.delta import delta_rule_chunked
 
 TOL = 1e-4
@@ -46,20 +45,6 @@ def make_inputs(B: int, H: int, N: int, D: int, seed: int = 0):
 
 def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
-
-
-def round_robin(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median wall time of each callable, the callables interleaved round by round."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,32 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 TARGET = 1.5
-
-
-def round_robin(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median wall time of each callable, the callables interleaved round by round."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def bench_nala(n: int, repeats: int, threads: int) -> int:
     import torch
 
+    from attnbench.bench import round_robin
     from attnbench.kernels import nala_feature_map_fused, nala_feature_map_reference
 
     if threads:

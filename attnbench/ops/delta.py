@@ -42,7 +42,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe
+from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
 
 DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
 FLA_CHUNK_SIZES = (16, 32, 64)
@@ -75,19 +75,7 @@ def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
 def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:
     """Clear errors naming the bad argument, before any einsum sees it."""
     name = "delta_rule"
-    for arg, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ShapeError(f"{name}: argument {arg!r} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ShapeError(f"{name}: argument {arg!r} must have rank 4 [B, H, N, D], got rank {t.dim()} "
-                             f"({_describe(t)})")
-        if t.dtype not in FLOAT_DTYPES:
-            raise ShapeError(f"{name}: argument {arg!r} must be a floating tensor (fp16, bf16, fp32, fp64), "
-                             f"got {_describe(t)}")
-    if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise ShapeError(f"{name}: q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    if q.device != k.device or q.device != v.device:
-        raise ShapeError(f"{name}: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    validate_tensors(q, k, v, name=name)
     B, H, N, _ = q.shape
     if tuple(k.shape) != tuple(q.shape):
         raise ShapeError(f"{name}: argument 'k' must match q's shape {tuple(q.shape)} [B, H, N, Dk], "
