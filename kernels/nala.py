@@ -8,8 +8,8 @@ For a token x ``[D]`` with n = max(||x||_2, eps), u = dir(x) = x / n and angles 
 
 Three forms with one meaning: ``nala_feature_map_reference`` (plain PyTorch, autograd), ``nala_feature_map``
 (Triton kernel, any device the kernels run on) and ``nala_feature_map_fused`` (PyTorch on row blocks that stay
-in cache, in-place, hand-written backward; with several torch threads the blocks go to a pool of Python threads:
-the fast CPU path, about 2x the unfused map, ``benchmarks/bench_kernels.py``). The gradient of |u|^p (and |x|^lam) is 0 where
+in cache, in-place, hand-written backward: the fast CPU path, ``benchmarks/bench_kernels.py`` measures it against
+the unfused map). The gradient of |u|^p (and |x|^lam) is 0 where
 the coordinate is 0, as in PyTorch's ``abs().pow()``.
 
 Backward (g = [g_c; g_s]): dmag = g_c cos + g_s sin, dtheta = mag (g_s cos - g_c sin),
@@ -20,8 +20,6 @@ dx = du / n + (dn - (du . u) / n) u  (the second term only where ||x|| >= eps)  
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 
 from ._util import check_launchable, jit, pow2, tl
@@ -185,47 +183,20 @@ def nala_feature_map(x: torch.Tensor, *, is_query: bool, lam: float = 3.0, tau: 
 
 # ----------------------------------------------------------------------------------------------- fused PyTorch (CPU)
 
-_BLOCK_ELEMS = 1 << 16   # one thread: rows per block * D; the block's temporaries stay in L2
-_SERIAL_ELEMS = 1 << 14  # several threads: below ATen's grain size (32768), so an op runs on its calling thread
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), rebuilt when torch's thread count changes
-
-
-def _threads() -> int:
-    return torch.get_num_threads()
+_BLOCK_ELEMS = 1 << 16   # per torch thread: rows per block * D (measured best; the temporaries stay in cache)
 
 
 def _for_blocks(R: int, D: int, body, scratch=lambda rows: None) -> None:
-    """Run ``body(r0, r1, buffers)`` over row blocks [r0, r1) of R rows, ``buffers = scratch(rows)`` per worker.
+    """Run ``body(r0, r1, buffers)`` over row blocks [r0, r1) of R rows, ``buffers = scratch(rows)`` made once.
 
-    One torch thread: blocks of ``_BLOCK_ELEMS`` in a loop. More: blocks of ``_SERIAL_ELEMS``, split in contiguous
-    runs over a pool of ``torch.get_num_threads()`` Python threads (ATen ops release the GIL). No op then opens an
-    OpenMP region, so many small ops cost no barrier each -- which on a machine shared with other processes made
-    the blocked path slower than the unfused map.
+    A block holds ``_BLOCK_ELEMS`` elements per torch thread: each op on it is big enough for ATen to split over
+    its threads and small enough that the block's temporaries stay in cache. (A pool of Python threads over
+    smaller single-threaded blocks was tried: 2-3x slower than this with 2 threads, measured.)
     """
-    global _pool
-    threads = _threads()
-    if threads <= 1 or R * D <= 2 * _SERIAL_ELEMS:
-        BR = max(1, min(R, _BLOCK_ELEMS // D))
-        buffers = scratch(BR)
-        for r0 in range(0, R, BR):
-            body(r0, min(R, r0 + BR), buffers)
-        return
-    BR = max(1, _SERIAL_ELEMS // D)
-    blocks = -(-R // BR)
-    per = -(-blocks // threads)                                              # blocks per worker
-
-    def work(w: int) -> None:
-        with torch.no_grad():                                                # grad mode is per thread
-            buffers = scratch(BR)
-            for b in range(w * per, min(blocks, (w + 1) * per)):
-                body(b * BR, min(R, (b + 1) * BR), buffers)
-
-    if _pool is None or _pool[0] != threads:
-        if _pool is not None:
-            _pool[1].shutdown(wait=False)
-        _pool = (threads, ThreadPoolExecutor(max_workers=threads, thread_name_prefix="attnbench-nala"))
-    for _ in _pool[1].map(work, range(threads)):                             # re-raises a worker's exception
-        pass
+    BR = max(1, min(R, _BLOCK_ELEMS * torch.get_num_threads() // D))
+    buffers = scratch(BR)
+    for r0 in range(0, R, BR):
+        body(r0, min(R, r0 + BR), buffers)
 
 
 def _fused_forward(x: torch.Tensor, is_query: bool, lam: float, tau: float, eps: float) -> torch.Tensor:

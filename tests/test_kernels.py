@@ -259,15 +259,14 @@ def test_nala_kernel_float16_forward(is_query):
 
 
 @pytest.mark.parametrize("is_query", [True, False])
-@pytest.mark.parametrize("lam,tau,threads", [(3.0, 0.5, 1), (2.5, 1.0, 3)])
+@pytest.mark.parametrize("lam,tau,threads", [(3.0, 0.5, 1), (2.5, 1.0, 2)])
 def test_nala_fused_torch_path_matches_reference(is_query, lam, tau, threads, monkeypatch):
-    """The CPU fast path: exact in float64 (forward and hand-written backward), policy in float32; on one thread
-    (a block loop) and on a pool of Python threads (blocks split across workers), with several short blocks."""
+    """The CPU fast path: exact in float64 (forward and hand-written backward), policy in float32, over several
+    row blocks, the last one short (5 rows per block per thread)."""
     import attnbench.kernels.nala as nala
 
-    monkeypatch.setattr(nala, "_BLOCK_ELEMS", 5 * 6)      # serial path: blocks of 5 rows, the last one short
-    monkeypatch.setattr(nala, "_SERIAL_ELEMS", 4 * 6)     # pool path: blocks of 4 rows
-    monkeypatch.setattr(nala, "_threads", lambda: threads)
+    monkeypatch.setattr(nala, "_BLOCK_ELEMS", 5 * 6)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     x64 = _nala_input((2, 3, 7, 6), seed=2).requires_grad_()
     kw = dict(is_query=is_query, lam=lam, tau=tau)
     r64 = nala_feature_map_reference(x64, **kw)

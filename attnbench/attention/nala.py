@@ -70,14 +70,23 @@ class NaLaFeatureMap(FeatureMap):
         direction = k / k.norm(dim=-1, keepdim=True).clamp_min(self.eps)            # [B, H, N, D]
         return self._lift(k, power_of_abs(k, self.lam), direction)
 
-    # fast form: |x|^p as exp(p log|x|) (ATen's pow with a tensor exponent is ~10x slower on the CPU). Measured
-    # at N = 16384 (B 1, H 4, d 64) inside the blocked op, this beats the fused row-block map of
-    # attnbench.kernels (nala_feature_map_fused): 78 vs 153 ms with 2 threads, 119 vs 128 ms with 1.
+    # fast form: the fused CPU map of attnbench.kernels (row blocks in cache, in place, hand-written backward)
+    # for the cosine map; exp(p log|x|) for sign_split (ATen's pow with a tensor exponent is ~10x slower on the
+    # CPU). Measured at N = 16384 (B 1, H 4, d 64, 2 threads) inside the blocked op: fused 48 ms forward and
+    # 430 ms forward + backward against 63 and 505 ms for the unfused exp/log map.
     def phi_q(self, q: torch.Tensor) -> torch.Tensor:
-        return self._phi_q(q, abs_pow)
+        if self.sign_split:
+            return self._phi_q(q, abs_pow)
+        from ..kernels.nala import nala_feature_map_fused  # lazy: the module also holds the (optional) Triton kernels
+
+        return nala_feature_map_fused(q, is_query=True, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
-        return self._phi_k(k, abs_pow)
+        if self.sign_split:
+            return self._phi_k(k, abs_pow)
+        from ..kernels.nala import nala_feature_map_fused
+
+        return nala_feature_map_fused(k, is_query=False, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def features_triton(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The fused Triton feature-map kernel (norm, tanh, power, cos, sin in one pass)."""
