@@ -64,6 +64,24 @@ def test_blocked_equals_reference(n, causal, normalize):
     assert_matches_fp64(out, ref, "blocked")
 
 
+@pytest.mark.parametrize("n", [7, 130])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_grouped_queries(n, causal):
+    """map_q returning G query features: v splits in G groups, each attended with its own queries against the
+    shared keys and normalised on its own (PolaFormer's streams), forward and backward, across blocks."""
+    fq1, fk, v = (t.requires_grad_(True) for t in features(2, 2, n, 10, 6, seed=5))
+    fq2 = features(2, 2, n, 10, 6, seed=6)[0].requires_grad_(True)
+    ref = torch.cat([linear_attention_reference(fq1, fk, v[..., :3], causal=causal),
+                     linear_attention_reference(fq2, fk, v[..., 3:], causal=causal)], dim=-1)
+    out = linear_attention_blocked(lambda s, e: (fq1[:, :, s:e], fq2[:, :, s:e]), lambda s, e: fk[:, :, s:e], v,
+                                   causal=causal, chunk_size=16, block_size=48)
+    assert_matches_fp64(out, ref, "grouped blocked")
+    w = torch.randn_like(ref)
+    for g_out, g_ref in zip(torch.autograd.grad(out, (fq1, fq2, fk, v), w),
+                            torch.autograd.grad(ref, (fq1, fq2, fk, v), w)):
+        assert_matches_fp64(g_out, g_ref, "grouped blocked grad")
+
+
 def test_chunked_state_continues_a_sequence():
     fq, fk, v = features(1, 2, 70, 6, 4, seed=4)
     whole = linear_attention_chunked(fq, fk, v, chunk_size=16)

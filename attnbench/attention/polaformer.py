@@ -13,6 +13,16 @@ from ..registry import register_attention
 from .base import Attention
 
 
+def polarity_split(x: torch.Tensor, p: torch.Tensor, power_of_abs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ReLU(x)^p, ReLU(-x)^p)``. With ``power_of_abs`` (fast form) one power ``|x|^p`` is taken and split by
+    sign (each element is nonzero in at most one half: half the transcendental work); ``None`` is the
+    reference, the two powers as written."""
+    if power_of_abs is None:
+        return F.relu(x).pow(p), F.relu(-x).pow(p)
+    mag = power_of_abs(x, p)                                                         # |x|^p
+    return mag * (x > 0), mag * (x < 0)
+
+
 @register_attention
 class PolaAttention(Attention):
     """Polarity-aware linear attention (PolaFormer; formulation of the released ``PolaLinearAttention``).
@@ -33,6 +43,7 @@ class PolaAttention(Attention):
     paper = "Meng et al. 2025 (PolaFormer, ICLR)"
     eps: float = 1e-6
     chunk_size: int = 64
+    block_size: int = 1024
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", alpha: float = 3.0):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
@@ -45,24 +56,35 @@ class PolaAttention(Attention):
     def check_inputs(self, q, k, v):
         validate_qkv(q, k, v, heads=self.heads, head_dim=self.head_dim, name=self.name, even_value_dim=True)
 
+    def _params(self, dtype):
+        s = F.softplus(self.scale.to(dtype))                                         # [H, 1, D]
+        p = 1.0 + self.alpha * torch.sigmoid(self.power.to(dtype))                   # [H, 1, D]
+        return s, p
+
     def features(self, q, k, power_of_abs=abs_pow):
         """(q_sim, q_opp, k_feat), each ``[B, H, N, 2D]``."""
-        s = F.softplus(self.scale.to(q.dtype))                                       # [H, 1, D]
-        p = 1.0 + self.alpha * torch.sigmoid(self.power.to(q.dtype))                 # [H, 1, D]
-        q, k = q / s, k / s
-        q_pos, q_neg = power_of_abs(F.relu(q), p), power_of_abs(F.relu(-q), p)       # [B, H, N, D]
-        k_pos, k_neg = power_of_abs(F.relu(k), p), power_of_abs(F.relu(-k), p)
+        s, p = self._params(q.dtype)
+        q_pos, q_neg = polarity_split(q / s, p, power_of_abs)                        # [B, H, N, D] each
+        k_pos, k_neg = polarity_split(k / s, p, power_of_abs)
         return (torch.cat([q_pos, q_neg], -1), torch.cat([q_neg, q_pos], -1), torch.cat([k_pos, k_neg], -1))
 
-    def _attend(self, q, k, v, op, power_of_abs=abs_pow):
-        q_sim, q_opp, kf = self.features(q, k, power_of_abs)
-        v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
-        return torch.cat([op(q_sim, kf, v_sim), op(q_opp, kf, v_opp)], dim=-1)
-
     def forward_reference(self, q, k, v):
-        return self._attend(q, k, v, lambda a, b, c: la.linear_attention_reference(
-            a, b, c, causal=self.causal, eps=self.eps), power_of_abs=lambda x, p: x.pow(p))
+        q_sim, q_opp, kf = self.features(q, k, power_of_abs=None)
+        v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
+        return torch.cat([la.linear_attention_reference(q_sim, kf, v_sim, causal=self.causal, eps=self.eps),
+                          la.linear_attention_reference(q_opp, kf, v_opp, causal=self.causal, eps=self.eps)], -1)
 
     def forward_torch(self, q, k, v):
-        return self._attend(q, k, v, lambda a, b, c: la.linear_attention(
-            a, b, c, causal=self.causal, eps=self.eps, chunk_size=self.chunk_size))
+        # features block by block (never [B, H, N, 2D] for the whole sequence: at N = 16k those are 32 MiB
+        # tensors that the allocator maps and faults in on every call); the two streams share the key pass
+        s, p = self._params(q.dtype)
+
+        def map_q(a, b):
+            pos, neg = polarity_split(q[:, :, a:b] / s, p, abs_pow)                  # [B, H, b, D] each
+            return torch.cat([pos, neg], -1), torch.cat([neg, pos], -1)             # q_sim, q_opp
+
+        def map_k(a, b):
+            return torch.cat(polarity_split(k[:, :, a:b] / s, p, abs_pow), -1)      # [B, H, b, 2D]
+
+        return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
+                                           chunk_size=self.chunk_size, block_size=self.block_size)

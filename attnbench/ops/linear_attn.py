@@ -122,9 +122,10 @@ def _grad_needed(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor], map_k: Callable[[int, int], torch.Tensor],
-                             v: torch.Tensor, *, causal: bool = False, normalize: bool = True, eps: float = 1e-6,
-                             chunk_size: int = 64, block_size: int = 2048) -> torch.Tensor:
+def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[torch.Tensor, ...]],
+                             map_k: Callable[[int, int], torch.Tensor], v: torch.Tensor, *, causal: bool = False,
+                             normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
+                             block_size: int = 2048) -> torch.Tensor:
     """Linear attention whose feature maps are computed block by block and never held for the whole sequence.
 
     ``map_q(start, stop)`` / ``map_k(start, stop)`` return the features of tokens ``start:stop``
@@ -132,23 +133,37 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor], map_k: C
     query blocks applies them. Causal: blocks run in order, each through the chunked form with the carried state.
     Same math as :func:`linear_attention`; the blocks keep the elementwise work in cache and the peak memory at
     the inputs, the output and O(block) temporaries.
+
+    ``map_q`` may return a tuple of G query features: v's last dim is then split in G equal groups, group g is
+    attended with the g-th query features against the shared keys, each group with its own normaliser, and the
+    groups' outputs are concatenated (PolaFormer's two polarity streams).
     """
     n = v.shape[-2]
     bounds = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
+
+    def queries(s, e):
+        fq = map_q(s, e)
+        return fq if isinstance(fq, tuple) else (fq,)
+
     if causal:
-        state, outs = None, []
+        states, outs = None, []
         for s, e in bounds:
-            o, state = linear_attention_chunked(map_q(s, e), map_k(s, e), v[:, :, s:e], normalize=normalize,
-                                                eps=eps, chunk_size=chunk_size, initial_state=state, offset=s,
-                                                output_final_state=True)
-            outs.append(o)
+            fqs, fk = queries(s, e), map_k(s, e)
+            states = states or [None] * len(fqs)
+            parts = []
+            for g, (fq, vg) in enumerate(zip(fqs, v[:, :, s:e].chunk(len(fqs), dim=-1))):
+                o, states[g] = linear_attention_chunked(fq, fk, vg, normalize=normalize, eps=eps,
+                                                        chunk_size=chunk_size, initial_state=states[g], offset=s,
+                                                        output_final_state=True)
+                parts.append(o)
+            outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
         return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
     grad = _grad_needed(v)
     kv, z = None, None
     for s, e in bounds:
         fk = map_k(s, e)                                                      # [B, H, b, M]
         grad = grad or _grad_needed(fk)
-        kv_b = fk.transpose(-1, -2) @ v[:, :, s:e]                            # [B, H, M, D]
+        kv_b = fk.transpose(-1, -2) @ v[:, :, s:e]                            # [B, H, M, D]  every group at once
         z_b = fk.sum(-2, keepdim=True)                                        # [B, H, 1, M]
         kv = kv_b if kv is None else (kv + kv_b if grad else kv.add_(kv_b))
         z = z_b if z is None else (z + z_b if grad else z.add_(z_b))
@@ -156,12 +171,15 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor], map_k: C
         kv, z_col = kv / n, (z / n).transpose(-1, -2)                          # [B, H, M, D], [B, H, M, 1]
     outs = []
     for s, e in bounds:
-        fq = map_q(s, e)
-        num = fq @ kv                                                         # [B, H, b, D]
-        if normalize:
-            den = fq @ z_col                                                  # [B, H, b, 1]
-            num = num / (den + eps) if grad or _grad_needed(fq) else num.div_(den.add_(eps))
-        outs.append(num)
+        fqs = queries(s, e)
+        parts = []
+        for fq, kv_g in zip(fqs, kv.chunk(len(fqs), dim=-1)):
+            num = fq @ kv_g                                                   # [B, H, b, D / G]
+            if normalize:
+                den = fq @ z_col                                              # [B, H, b, 1]
+                num = num / (den + eps) if grad or _grad_needed(fq) else num.div_(den.add_(eps))
+            parts.append(num)
+        outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
     return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
 
 
