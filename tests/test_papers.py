@@ -59,6 +59,29 @@ def test_mirrorla_variance_modulation_band_and_causal_prefix():
     assert (delta > fmap.alpha_max / 2).all() and (delta <= fmap.alpha_max).all()
 
 
+@pytest.mark.parametrize("variance_aware", [True, False])
+@pytest.mark.parametrize("cross_head", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_mirrorla_fast_map_matches_the_definition(variance_aware, cross_head, causal, monkeypatch):
+    """The fast form's reflections as one block-diagonal matmul plus a rank-1 update, and the whole-sequence
+    variance from shifted sums accumulated over several blocks (stat blocks of 7 tokens), equal Algorithm 1 with
+    Eq. 12's centred variance, features and attention output, in float64; the pair matrix is the reflection."""
+    import attnbench.attention.mirrorla as mirrorla
+
+    monkeypatch.setattr(mirrorla, "_STAT_BLOCK", 7)
+    attn = attnbench.build("mirrorla", heads=2, head_dim=6, causal=causal, variance_aware=variance_aware,
+                           cross_head=cross_head).double()
+    attn.block_size = 16
+    q, k, v = (randn(2, 2, 45, 6, seed=s, scale=3.0).add(1.0) for s in (11, 12, 13))  # mean far from 0
+    fmap = attn.feature_map
+    map_q, _ = fmap.block_maps(q, k)
+    torch.testing.assert_close(torch.cat([map_q(s, min(s + 16, 45)) for s in range(0, 45, 16)], 2),
+                               fmap.phi_q_reference(q))
+    torch.testing.assert_close(attn.run("torch", q, k, v), attn.run("reference", q, k, v))
+    angles = fmap.theta.double()[None, :, None]
+    torch.testing.assert_close(q @ fmap.pair_reflections(angles), fmap.reflect_blocks(q, angles))
+
+
 # --- NaLaFormer -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scale", [0.1, 1.0, 5.0])
 @pytest.mark.parametrize("sign_split", [False, True])

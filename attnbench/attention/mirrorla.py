@@ -18,6 +18,7 @@ from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
 
 PAPER = "Meng et al. 2026 (MirrorLA, Reflecting Feature Map)"
+_STAT_BLOCK = 1024   # tokens per step of the whole-sequence variance (temporaries stay in cache)
 
 
 @register_feature_map
@@ -85,27 +86,48 @@ class MirrorFeatureMap(FeatureMap):
         base = self.theta.to(var.dtype)[None, :, None, :]                            # [1, H, 1, d/2]
         return base + torch.sigmoid(self.lam / (var + self.var_eps)) * self.alpha_max
 
+    def pair_reflections(self, angles: torch.Tensor) -> torch.Tensor:
+        """The block-wise reflections as one block-diagonal ``[d, d]`` matrix per (batch element, head), for angles
+        that do not vary over tokens (``[B or 1, H, 1, d/2]``): ``reflect_blocks(x, angles) == x @ M``, one matmul
+        per block of tokens instead of a dozen elementwise passes. Pair m's block is ``I - 2 u u^T``."""
+        c, s = torch.cos(angles), torch.sin(angles)                                  # [B, H, 1, d/2]
+        diag = torch.stack([1 - 2 * c * c, 1 - 2 * s * s], dim=-1).flatten(-2)       # [B, H, 1, d]
+        off = torch.stack([-2 * c * s, torch.zeros_like(c)], dim=-1).flatten(-2)[..., :-1]  # [B, H, 1, d-1]
+        M = torch.diag_embed(diag) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)   # [B, H, 1, d, d]
+        return M.squeeze(-3)                                                         # [B, H, d, d]
+
     # --- block variance (Eq. 12) ----------------------------------------------------------------------------
-    def block_variance(self, x: torch.Tensor) -> torch.Tensor:
+    def block_variance(self, x: torch.Tensor, *, reflect: bool = False) -> torch.Tensor:
         """Eq. 12 over the whole sequence (``[B, H, 1, d/2]``), or over tokens <= t when causal (``[B, H, N, d/2]``,
-        from cumulative sums)."""
+        from cumulative sums). Both from sums shifted by the first token (variance is shift-invariant; token 1
+        is in every prefix), for numerical stability. With ``reflect`` the cross-head reflection is applied to
+        ``x`` first; the whole-sequence form then does it block by block and never holds a full-size temporary."""
+        B, H, N, D = x.shape
+        if self.causal:
+            xb = (self.reflect_heads(x) if reflect else x).reshape(B, H, N, D // 2, 2)
+            shifted = xb - xb[:, :, :1]
+            count = torch.arange(1, N + 1, device=x.device, dtype=x.dtype).view(1, 1, N, 1, 1)
+            mean = shifted.cumsum(2) / count
+            mean_sq = shifted.pow(2).cumsum(2) / count
+            return (mean_sq - mean.pow(2)).clamp_min(0).sum(-1) / 2.0                # [B, H, N, d/2]
+        first = self.reflect_heads(x[:, :, :1]) if reflect else x[:, :, :1]          # [B, H, 1, D]
+        s1 = s2 = 0.0
+        for a in range(0, N, _STAT_BLOCK):
+            xb = x[:, :, a:a + _STAT_BLOCK]
+            xb = (self.reflect_heads(xb) if reflect else xb) - first
+            s1 = s1 + xb.sum(2, keepdim=True)                                        # [B, H, 1, D]
+            s2 = s2 + (xb * xb).sum(2, keepdim=True)
+        mean = s1 / N
+        var = (s2 / N - mean * mean).clamp_min(0)                                    # [B, H, 1, D] per channel
+        return var.reshape(B, H, 1, D // 2, 2).sum(-1) / 2.0                         # [B, H, 1, d/2]
+
+    def block_variance_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 12 by its definition (centred); causal: an explicit masked mean over each prefix (quadratic)."""
         B, H, N, D = x.shape
         xb = x.reshape(B, H, N, D // 2, 2)
         if not self.causal:
             centred = xb - xb.mean(dim=2, keepdim=True)
             return centred.pow(2).sum(-1).mean(dim=2, keepdim=True) / 2.0
-        shifted = xb - xb[:, :, :1]                  # variance is shift-invariant; token 1 is in every prefix
-        count = torch.arange(1, N + 1, device=x.device, dtype=x.dtype).view(1, 1, N, 1, 1)
-        mean = shifted.cumsum(2) / count
-        mean_sq = shifted.pow(2).cumsum(2) / count
-        return (mean_sq - mean.pow(2)).clamp_min(0).sum(-1) / 2.0                    # [B, H, N, d/2]
-
-    def block_variance_reference(self, x: torch.Tensor) -> torch.Tensor:
-        """Eq. 12 by its definition; causal: an explicit masked mean over each prefix (quadratic)."""
-        if not self.causal:
-            return self.block_variance(x)
-        B, H, N, D = x.shape
-        xb = x.reshape(B, H, N, D // 2, 2)
         mask = torch.ones(N, N, dtype=x.dtype, device=x.device).tril()               # [t, i]: i <= t
         w = mask / mask.sum(-1, keepdim=True)
         mean = torch.einsum("ti,bhimc->bhtmc", w, xb)                                # prefix means
@@ -128,14 +150,29 @@ class MirrorFeatureMap(FeatureMap):
         return self._block_map(q), self._block_map(k)
 
     def _block_map(self, x: torch.Tensor):
-        if not self.variance_aware:
-            return lambda s, e: self._phi(x[:, :, s:e], None)
-        var = self.block_variance(self.reflect_heads(x))                             # [B, H, 1 or N, d/2]
-        per_token = var.shape[2] > 1
+        if self.causal and self.variance_aware:      # per-token angles: the elementwise reflections
+            var = self.block_variance(x, reflect=True)                               # [B, H, N, d/2]
+
+            def block(s: int, e: int) -> torch.Tensor:
+                angles = self.modulate(var[:, :, s:e])
+                return F.relu(self.reflect_blocks(self.reflect_heads(x[:, :, s:e]), angles))
+            return block
+        # angles fixed over the sequence: both reflections of a block are one matmul and a rank-1 update,
+        # y = (x - 2 <x, u_c> u_c) M = x M - 2 <x, u_c> (u_c M)
+        angles = (self.modulate(self.block_variance(x, reflect=True)) if self.variance_aware
+                  else self.theta.to(x.dtype)[None, :, None, :])
+        M = self.pair_reflections(angles)                                            # [B or 1, H, d, d]
+        if self.cross_head:
+            u = F.normalize(self.mirror.to(x.dtype), dim=0).view(x.shape[1], 1, x.shape[3])  # [H, 1, d]
+            uM = u @ M                                                               # [B or 1, H, 1, d]
 
         def block(s: int, e: int) -> torch.Tensor:
-            angles = self.modulate(var[:, :, s:e] if per_token else var)
-            return F.relu(self.reflect_blocks(self.reflect_heads(x[:, :, s:e]), angles))
+            xb = x[:, :, s:e]
+            y = xb @ M                                                               # [B, H, b, d]
+            if self.cross_head:
+                proj = (xb @ u.transpose(-1, -2)).sum(1, keepdim=True)               # [B, 1, b, 1] = <x_t, u_c>
+                y = y - 2.0 * proj * uM
+            return F.relu(y)
         return block
 
     def phi_q_reference(self, q: torch.Tensor) -> torch.Tensor:
