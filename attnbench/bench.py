@@ -36,6 +36,7 @@ from typing import Any, Callable
 import torch
 
 from . import registry
+from .checks import forward_backward, max_error
 from .protocol import UnsupportedError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
@@ -267,12 +268,6 @@ def build_attention(name: str, *, seq_len: int, heads: int, head_dim: int, causa
                                      impl=impl, **(options or {}))
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """(max |a - b|, max |b|) in float64."""
-    a64, b64 = a.detach().double(), b.detach().double()
-    return (a64 - b64).abs().max().item(), b64.abs().max().item()
-
-
 def check_correctness(name: str, *, heads: int, head_dim: int, causal: bool, dtype: str = "fp32",
                       device: str = "cpu", mode: str = "fwd", seq_len: int = 128, batch: int = 1,
                       options: dict | None = None, impl: str = "auto", rtol: float | None = None,
@@ -294,30 +289,24 @@ def check_correctness(name: str, *, heads: int, head_dim: int, causal: bool, dty
     shape = (batch, heads, seq_len, head_dim)
     base = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3)]
     g64 = torch.randn(shape, generator=gen, dtype=torch.float64).to(device)
-    grad = mode == "fwd+bwd"
+    weight = g64 if mode == "fwd+bwd" else None
 
-    def run(mod, fn_name, dt):
-        xs = [t.to(device=device, dtype=dt).clone().requires_grad_(grad) for t in base]
-        out = getattr(mod, fn_name)(*xs) if fn_name else mod(*xs)
-        if not grad:
-            return [out.detach()]
-        out.backward(g64.to(out.dtype))
-        return [out.detach()] + [x.grad for x in xs]
+    def run(fn, dt):
+        return forward_backward(fn, [t.to(device=device, dtype=dt) for t in base], weight)
 
-    with torch.set_grad_enabled(grad):
-        try:
-            ref64 = run(copy.deepcopy(module).double(), "reference", torch.float64)
-        except (RuntimeError, TypeError):  # a reference that cannot run in float64: ground truth in float32
-            ref64 = run(copy.deepcopy(module).float(), "reference", torch.float32)
-        ref_low = run(module, "reference", tdtype)
-        fast = run(module, None, tdtype)
+    try:
+        ref64 = run(copy.deepcopy(module).double().reference, torch.float64)
+    except (RuntimeError, TypeError):  # a reference that cannot run in float64: ground truth in float32
+        ref64 = run(copy.deepcopy(module).float().reference, torch.float32)
+    ref_low = run(module.reference, tdtype)
+    fast = run(module, tdtype)
     err = ref_err = 0.0
     tol = 0.0
     worst = ""
     for what, f, rl, r in zip(("output", "grad q", "grad k", "grad v"), fast, ref_low, ref64):
-        e, scale = _rel(f, r)
+        e, scale = max_error(f, r)
         scale = max(scale, 1e-30)
-        e_ref = _rel(rl, r)[0] / scale
+        e_ref = max_error(rl, r)[0] / scale
         e /= scale
         t = max(rtol, MULTIPLE * e_ref)
         if not math.isfinite(e) or e / t > (err / tol if tol else -1.0):

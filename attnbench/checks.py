@@ -37,9 +37,28 @@ class CheckResult:
         return self.status in ("ok", "skipped")
 
 
+def max_error(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """``(max |a - b|, max |b|)`` in float64: the two numbers every comparison here is made of."""
+    a64, b64 = a.detach().double(), b.detach().double()
+    return (a64 - b64).abs().max().item(), b64.abs().max().item()
+
+
+def forward_backward(fn, inputs: list[torch.Tensor], weight: torch.Tensor | None = None,
+                     params: list[torch.Tensor] = ()) -> list[torch.Tensor | None]:
+    """``[out]``, and with ``weight`` also the gradients of ``<out, weight>`` with respect to each input and each
+    of ``params`` (None where one is unused): ``fn(*inputs)`` on fresh leaf copies of the inputs."""
+    xs = [t.detach().clone().requires_grad_(weight is not None) for t in inputs]
+    with torch.set_grad_enabled(weight is not None):  # callers may be inside no_grad (gates before timing)
+        out = fn(*xs)
+        if weight is None:
+            return [out.detach()]
+        grads = torch.autograd.grad((out * weight.to(out.dtype)).sum(), xs + list(params), allow_unused=True)
+    return [out.detach(), *grads]
+
+
 def _relative_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    scale = b.double().abs().max().item() + 1.0
-    return (a.double() - b.double()).abs().max().item() / scale
+    err, scale = max_error(a, b)
+    return err / (scale + 1.0)
 
 
 def compare_to_reference(module, impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float]:
@@ -48,14 +67,11 @@ def compare_to_reference(module, impl: str, q: torch.Tensor, k: torch.Tensor, v:
     Backward compares the gradients of a fixed random projection of the output with respect to q, k, v and
     every parameter.
     """
-    inputs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     params = [p for p in module.parameters() if p.requires_grad]
-    with torch.enable_grad():  # callers may be inside no_grad (benchmarks gate before timing)
-        out = module.run(impl, *inputs)
-        ref = module.reference(*inputs)
-        weight = torch.randn(ref.shape, generator=torch.Generator().manual_seed(0), dtype=ref.dtype).to(ref.device)
-        grads = torch.autograd.grad((out * weight).sum(), inputs + params, allow_unused=True)
-        ref_grads = torch.autograd.grad((ref * weight).sum(), inputs + params, allow_unused=True)
+    weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
+                         dtype=v.dtype).to(v.device)
+    out, *grads = forward_backward(lambda *x: module.run(impl, *x), [q, k, v], weight, params)
+    ref, *ref_grads = forward_backward(module.reference, [q, k, v], weight, params)
     bwd = 0.0
     for g, r in zip(grads, ref_grads):
         if (g is None) != (r is None):

@@ -17,27 +17,15 @@ Every key is checked: a key that is not a field of its table, or a value of the 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import sys
-import typing
-from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Union
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from attnbench import provenance
-from attnbench.protocol import AttnbenchError, UnknownNameError
+from attnbench.presets import PresetError, build, check_keys, coerce, read_preset
+from attnbench.presets import preset_names as _preset_names
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 PAIR_TASKS = ("retrieval",)
-
-
-class PresetError(AttnbenchError):
-    """A preset that does not load: unknown key, wrong type, bad value. The message names the key and the file."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,95 +173,24 @@ class Preset:
                                        "task_name": task})
 
 
-# --- the typed loader --------------------------------------------------------------------------------------------
-def _check_keys(table: dict, allowed: typing.Iterable[str], where: str) -> None:
-    allowed = list(allowed)
-    for key in table:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise PresetError(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(allowed)}")
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Union:
-        if value is None and type(None) in args:
-            return None
-        return _coerce(next(a for a in args if a is not type(None)), value, where)
-    if origin is list:
-        if not isinstance(value, list):
-            raise PresetError(f"{where}: expected a list, got {value!r}")
-        return [_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise PresetError(f"{where}: expected a table, got {value!r}")
-        return {str(k): _coerce(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if tp is Any:
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is int and isinstance(value, bool):
-        raise PresetError(f"{where}: expected int, got {value!r}")
-    if isinstance(value, tp):
-        return value
-    raise PresetError(f"{where}: expected {tp.__name__}, got {value!r}")
-
-
-def _build(cls: type, table: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
-    if not isinstance(table, dict):
-        raise PresetError(f"{where}: expected a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
-    fields = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
-    _check_keys(table, fields, where)
-    kwargs = {k: _coerce(hints[k], v, f"{where}: key {k!r}") for k, v in table.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as e:  # a missing required key
-        raise PresetError(f"{where}: {e}") from None
-    except ValueError as e:
-        raise PresetError(f"{where}: {e}") from None
-
-
 def preset_names() -> list[str]:
-    folder = resources.files(__package__) / "presets"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
-def _read(name_or_path: str | Path) -> tuple[str, str]:
-    p = Path(name_or_path)
-    if p.suffix == ".toml":
-        if not p.is_file():
-            raise PresetError(f"preset file {str(p)!r} does not exist")
-        return p.read_text(), str(p)
-    res = resources.files(__package__) / "presets" / f"{name_or_path}.toml"
-    if not res.is_file():
-        known = preset_names()
-        close = difflib.get_close_matches(str(name_or_path), known, n=2, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownNameError(f"unknown LRA preset {str(name_or_path)!r}{hint} (embedded: {', '.join(known)}; "
-                               f"or give a path to a .toml file)")
-    return res.read_text(), f"presets/{name_or_path}.toml"
+    return _preset_names(__package__)
 
 
 def load_preset(name_or_path: str | Path) -> Preset:
     """An embedded preset (``tiny``, ``skyformer``) or a ``.toml`` file; every key is checked (see module doc)."""
-    text, file = _read(name_or_path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PresetError(f"{file}: not valid TOML: {e}") from None
+    data, file = read_preset(__package__, name_or_path, kind="LRA")
     top = ("name", "description", "source", "setting", "tasks_default", "model", "train", "tasks", "attn_options")
-    _check_keys(data, top, f"{file}: top level")
+    check_keys(data, top, f"{file}: top level")
     if "name" not in data or not isinstance(data["name"], str):
         raise PresetError(f"{file}: top level: missing string key 'name'")
-    model = _build(ModelConfig, data.get("model", {}), f"{file}: [model]")
+    model = build(ModelConfig, data.get("model", {}), f"{file}: [model]")
     train = data.get("train", {})
-    _check_keys(train, [f.name for f in dataclasses.fields(TaskConfig) if f.name != "generate"], f"{file}: [train]")
+    check_keys(train, [f.name for f in dataclasses.fields(TaskConfig) if f.name != "generate"], f"{file}: [train]")
     tasks_tbl = data.get("tasks", {})
     if not isinstance(tasks_tbl, dict) or not tasks_tbl:
         raise PresetError(f"{file}: needs at least one [tasks.<task>] table")
-    _check_keys(tasks_tbl, TASKS, f"{file}: [tasks]")
+    check_keys(tasks_tbl, TASKS, f"{file}: [tasks]")
     tasks = {}
     for task, tbl in tasks_tbl.items():
         where = f"{file}: [tasks.{task}]"
@@ -282,12 +199,12 @@ def load_preset(name_or_path: str | Path) -> Preset:
         tbl = dict(tbl)
         gen = tbl.pop("generate", None)
         merged = {**train, **tbl}
-        cfg = _build(TaskConfig, merged, where, skip=("generate",))
+        cfg = build(TaskConfig, merged, where, skip=("generate",))
         if gen is not None:
             if task not in GENERATORS:
                 raise PresetError(f"{file}: [tasks.{task}.generate]: task {task!r} has no generator (only "
                                   f"{', '.join(GENERATORS)} can be generated); it reads real data from --data-dir")
-            cfg = dataclasses.replace(cfg, generate=_build(GENERATORS[task], gen, f"{file}: [tasks.{task}.generate]"))
+            cfg = dataclasses.replace(cfg, generate=build(GENERATORS[task], gen, f"{file}: [tasks.{task}.generate]"))
         if task == "pathfinder" and cfg.generate is not None and cfg.generate.size != cfg.resolution:
             raise PresetError(f"{file}: [tasks.pathfinder.generate]: size {cfg.generate.size} must equal the task's "
                               f"resolution {cfg.resolution}")
@@ -299,11 +216,11 @@ def load_preset(name_or_path: str | Path) -> Preset:
         if cfg.data == "generate" and cfg.generate is None:
             raise PresetError(f"{where}: data = 'generate' needs a [tasks.{task}.generate] table")
         tasks[task] = cfg
-    tasks_default = _coerce(list[str], data.get("tasks_default", list(tasks)), f"{file}: key 'tasks_default'")
+    tasks_default = coerce(list[str], data.get("tasks_default", list(tasks)), f"{file}: key 'tasks_default'")
     for t in tasks_default:
         if t not in tasks:
             raise PresetError(f"{file}: tasks_default names {t!r}, which has no [tasks.{t}] table")
-    attn_options = _coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]")
+    attn_options = coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]")
     for k in ("description", "source", "setting"):
         if k in data and not isinstance(data[k], str):
             raise PresetError(f"{file}: top level: key {k!r} must be a string")

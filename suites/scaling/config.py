@@ -8,26 +8,14 @@ presets live in ``presets/*.toml`` (package data); a path to any ``.toml`` file 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import types
-import typing
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from attnbench.bench import DTYPES, MODES
-from attnbench.protocol import AttnbenchError, UnknownNameError
+from attnbench.presets import PresetError, build, read_preset
+from attnbench.presets import preset_names as _preset_names
 
 DEFAULT_PRESET = "cpu-default"
-
-
-class PresetError(AttnbenchError):
-    """A preset that does not load: unknown key, wrong type, bad value."""
 
 
 def parse_seq(value: int | str) -> int:
@@ -70,7 +58,7 @@ class Check:
 @dataclasses.dataclass
 class Grid:
     mode: str
-    seq: list[int]
+    seq: list[int | str]     # lengths; '4k' style strings are parsed to ints on load
     causal: bool = False
 
     def __post_init__(self) -> None:
@@ -122,95 +110,12 @@ class ScalingPreset:
             raise PresetError(f"preset {self.name!r}: needs at least one [[grid]] entry")
 
 
-# --- the typed loader ------------------------------------------------------------------------------------------
-def from_dict(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from ``data``; unknown keys, missing required keys and wrong types are errors
-    that name the key (``where`` is its path, e.g. ``preset cpu-default: grid[1]``)."""
-    if not isinstance(data, dict):
-        raise PresetError(f"{where}: expected a table, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise PresetError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(fields)})")
-    kwargs = {}
-    for name, f in fields.items():
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
-                raise PresetError(f"{where}: missing required key {name!r}")
-            continue
-        kwargs[name] = _coerce(hints[name], data[name], f"{where}.{name}")
-    try:
-        return cls(**kwargs)
-    except PresetError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise PresetError(f"{where}: {e}") from None
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(a, value, where)
-            except PresetError as e:
-                errors.append(str(e))
-        raise PresetError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where)
-    if origin is list:
-        if not isinstance(value, list):
-            raise PresetError(f"{where}: expected a list, got {type(value).__name__}")
-        (item,) = args or (Any,)
-        if item is int and where.endswith(".seq"):  # sequence lengths may be written '4k'
-            item = typing.Union[int, str]
-        return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise PresetError(f"{where}: expected a table, got {type(value).__name__}")
-        _, vt = args or (Any, Any)
-        return {str(k): _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is Any:
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(tp, type) and not (tp is int and isinstance(value, bool)) and isinstance(value, tp):
-        return value
-    raise PresetError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
-
-
 def preset_names() -> list[str]:
     """The embedded presets (``presets/*.toml`` shipped with the package)."""
-    folder = resources.files(__package__) / "presets"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return _preset_names(__package__)
 
 
 def load_preset(name_or_path: str | Path = DEFAULT_PRESET) -> ScalingPreset:
     """An embedded preset by name, or a ``.toml`` file by path."""
-    p = Path(name_or_path)
-    if p.suffix == ".toml" and p.exists():
-        text, where = p.read_text(), f"preset file {p}"
-    else:
-        name = str(name_or_path)
-        res = resources.files(__package__) / "presets" / f"{name}.toml"
-        if not res.is_file():
-            import difflib
-
-            known = preset_names()
-            close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise UnknownNameError(f"unknown scaling preset {name!r}{hint} (embedded: {', '.join(known)}; "
-                                   f"or give a path to a .toml file)")
-        text, where = res.read_text(), f"preset {name}"
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PresetError(f"{where}: not valid TOML: {e}") from None
-    return from_dict(ScalingPreset, data, where)
+    data, where = read_preset(__package__, name_or_path, kind="scaling")
+    return build(ScalingPreset, data, where)
