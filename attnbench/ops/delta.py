@@ -263,15 +263,22 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     loop works out of place; without it, in place into buffers private to this call.
     """
     BH, Dk, Dv = S.shape
-    qc, kc, vc = _chunk_major(q, C), _chunk_major(k, C), _chunk_major(v, C)  # [m BH, C, D]
-    m = qc.shape[0] // BH
+    m = q.shape[2] // C
+    qc = _chunk_major(q, C)                                                   # [m BH, C, Dk]
+    # v and k side by side in one chunk-major buffer: the triangular solve then takes both right-hand sides in
+    # one call (at C = 64 a LAPACK call's fixed cost per matrix is much of its time)
+    vk = q.new_empty(m, BH, C, Dv + Dk)
+    vk[..., :Dv] = v.reshape(BH, m, C, Dv).transpose(0, 1)
+    vk[..., Dv:] = k.reshape(BH, m, C, Dk).transpose(0, 1)
+    vk = vk.view(m * BH, C, Dv + Dk)                                          # [m BH, C, Dv + Dk]
+    vc, kc = vk[..., :Dv], vk[..., Dv:]                                       # [m BH, C, Dv], [.., Dk]
     kb = kc * _chunk_major(beta, C).unsqueeze(-1)                            # [m BH, C, Dk]  beta_j k_j
     LT = torch.bmm(kb, kc.transpose(-1, -2))                                  # [m BH, C, C]  LT_ji = k_i . beta_j k_j
     PT = torch.bmm(kb, qc.transpose(-1, -2))                                  # [m BH, C, C]  PT_ji = q_i . beta_j k_j
     if g is None:
         # keep j <= i; a multiply by a cached 0/1 mask is ~5x cheaper than triu_ here (values are finite)
         P = PT.mul_(_upper_mask(C, PT.dtype, PT.device)).transpose(-1, -2)   # [m BH, C, C]  j <= i
-        Kg = kc                                                               # [m BH, C, Dk]
+        rhs = vk                                                              # [V, K]
         a_c = None
     else:
         G = _chunk_major(g, C).cumsum(-1)                                     # [m BH, C]  G_i in the chunk
@@ -283,16 +290,17 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
         LT = LT.mul_(DT)                                                      # [m BH, C, C]  L'^T
         P = PT.mul_(DT).transpose(-1, -2)                                     # [m BH, C, C]  j <= i
         eG = exp_floored(G).unsqueeze(-1)                                     # [m BH, C, 1]  e^{G_i}
-        Kg = kc * eG                                                          # [m BH, C, Dk]  e^{G_i} k_i
+        rhs = torch.cat([vc, kc * eG], dim=-1)                                # [V, diag(e^G) K]
         qc = qc * eG                                                          # [m BH, C, Dk]  e^{G_i} q_i
         GC = G[:, -1:]                                                        # [m BH, 1]  G_C
         kb = kb * exp_floored(GC - G).unsqueeze(-1)                           # [m BH, C, Dk]  beta_j e^{G_C-G_j} k_j
         a_c = exp_floored(GC).reshape(m, BH, 1, 1)                            # [m, BH, 1, 1]  e^{G_C} per chunk
-    # [Y_V, Y_K] = (I + L')^{-1} [V, Kg], solved as Y^T (I + L'^T) = R^T with L'^T = LT upper-triangular: this
+    # [Y_V, Y_K] = (I + L')^{-1} [V, Kg] (Kg = diag(e^G) K), solved as Y^T (I + L'^T) = R^T with L'^T = LT upper-triangular: this
     # way round the operands reach LAPACK's column-major trsm without a transposing copy. (unitriangular=True
     # supplies the unit diagonal: LT's diagonal and lower triangle are never read.)
-    YV, YK = (torch.linalg.solve_triangular(LT, rhs.transpose(-1, -2), upper=True, left=False, unitriangular=True)
-              .transpose(-1, -2).reshape(m, BH, C, rhs.shape[-1]) for rhs in (vc, Kg))  # [m, BH, C, D]
+    Y = torch.linalg.solve_triangular(LT, rhs.transpose(-1, -2), upper=True, left=False, unitriangular=True)
+    Y = Y.transpose(-1, -2).reshape(m, BH, C, Dv + Dk)                        # [m, BH, C, Dv + Dk]
+    YV, YK = Y[..., :Dv], Y[..., Dv:]                                         # [m, BH, C, Dv], [.., Dk]
     kbT = kb.reshape(m, BH, C, Dk).transpose(-1, -2)                          # [m, BH, Dk, C]
     # the only sequential part, the S_0 -> S_C carry: Delta' = Y_V - Y_K S_0, S_C = e^{G_C} S_0 + kb^T Delta'
     if track:
