@@ -61,15 +61,15 @@ class PolaAttention(Attention):
         p = 1.0 + self.alpha * torch.sigmoid(self.power.to(dtype))                   # [H, 1, D]
         return s, p
 
-    def features(self, q, k, power_of_abs=abs_pow):
-        """(q_sim, q_opp, k_feat), each ``[B, H, N, 2D]``."""
+    def features_reference(self, q, k):
+        """(q_sim, q_opp, k_feat), each ``[B, H, N, 2D]``, by the plain powers."""
         s, p = self._params(q.dtype)
-        q_pos, q_neg = polarity_split(q / s, p, power_of_abs)                        # [B, H, N, D] each
-        k_pos, k_neg = polarity_split(k / s, p, power_of_abs)
+        q_pos, q_neg = polarity_split(q / s, p, None)                                # [B, H, N, D] each
+        k_pos, k_neg = polarity_split(k / s, p, None)
         return (torch.cat([q_pos, q_neg], -1), torch.cat([q_neg, q_pos], -1), torch.cat([k_pos, k_neg], -1))
 
     def forward_reference(self, q, k, v):
-        q_sim, q_opp, kf = self.features(q, k, power_of_abs=None)
+        q_sim, q_opp, kf = self.features_reference(q, k)
         v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
         return torch.cat([la.linear_attention_reference(q_sim, kf, v_sim, causal=self.causal, eps=self.eps),
                           la.linear_attention_reference(q_opp, kf, v_opp, causal=self.causal, eps=self.eps)], -1)
