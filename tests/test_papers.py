@@ -74,7 +74,7 @@ def test_mirrorla_fast_map_matches_the_definition(variance_aware, cross_head, ca
     attn.block_size = 16
     q, k, v = (randn(2, 2, 45, 6, seed=s, scale=3.0).add(1.0) for s in (11, 12, 13))  # mean far from 0
     fmap = attn.feature_map
-    map_q, _ = fmap.block_maps(q, k)
+    map_q, _ = fmap.block_maps(q, k, 16)
     torch.testing.assert_close(torch.cat([map_q(s, min(s + 16, 45)) for s in range(0, 45, 16)], 2),
                                fmap.phi_q_reference(q))
     torch.testing.assert_close(attn.run("torch", q, k, v), attn.run("reference", q, k, v))

@@ -139,11 +139,12 @@ class FeatureMap(nn.Module):
         """The features fed to the Triton chunk kernel; maps with a fused kernel (NaLa) override this."""
         return self.phi_q(q), self.phi_k(k)
 
-    def block_maps(self, q: torch.Tensor, k: torch.Tensor):
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """``(map_q, map_k)``: callables giving the features of tokens ``start:stop`` (for
-        :func:`attnbench.ops.linear_attention_blocked`). Maps with sequence statistics (MirrorLA) override this to
-        compute the statistics once."""
-        return (lambda s, e: self.phi_q(q[:, :, s:e])), (lambda s, e: self.phi_k(k[:, :, s:e]))
+        :func:`attnbench.ops.linear_attention_blocked` with this ``block_size``). Maps with sequence statistics
+        (MirrorLA) or positions (cosFormer) override this."""
+        q_block, k_block = la.token_blocks(q, block_size), la.token_blocks(k, block_size)
+        return (lambda s, e: self.phi_q(q_block(s, e))), (lambda s, e: self.phi_k(k_block(s, e)))
 
     # The reference forms default to the same maps; a map whose fast form differs (a prefix statistic computed
     # by cumulative sums, a fused kernel) overrides these with the plain math.
@@ -187,7 +188,7 @@ class FeatureMapAttention(Attention):
         return la.linear_attention_reference(fq, fk, v, causal=self.causal, eps=self.eps)
 
     def forward_torch(self, q, k, v):
-        map_q, map_k = self.feature_map.block_maps(q, k)
+        map_q, map_k = self.feature_map.block_maps(q, k, self.block_size)
         return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
                                            chunk_size=self.chunk_size, block_size=self.block_size)
 

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..ops import linear_attn as la
 from ..protocol import AttnbenchError, ShapeError
 from ..registry import register_attention
 from .base import FeatureMap, FeatureMapAttention
@@ -46,10 +47,11 @@ class CosformerFeatureMap(FeatureMap):
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return self.phi_at(x, 0, x.shape[-2])
 
-    def block_maps(self, q: torch.Tensor, k: torch.Tensor):
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """Blocks keep their absolute positions and the whole sequence's period."""
         n = q.shape[-2]
-        return (lambda s, e: self.phi_at(q[:, :, s:e], s, n)), (lambda s, e: self.phi_at(k[:, :, s:e], s, n))
+        q_block, k_block = la.token_blocks(q, block_size), la.token_blocks(k, block_size)
+        return (lambda s, e: self.phi_at(q_block(s, e), s, n)), (lambda s, e: self.phi_at(k_block(s, e), s, n))
 
 
 @register_attention

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops import linear_attn as la
 from ..protocol import AttnbenchError
 from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
@@ -145,17 +146,18 @@ class MirrorFeatureMap(FeatureMap):
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return self._phi(x, self.block_variance)
 
-    def block_maps(self, q: torch.Tensor, k: torch.Tensor):
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """The sequence statistics are computed once per input; blocks then only reflect and rectify."""
-        return self._block_map(q), self._block_map(k)
+        return self._block_map(q, block_size), self._block_map(k, block_size)
 
-    def _block_map(self, x: torch.Tensor):
+    def _block_map(self, x: torch.Tensor, block_size: int):
+        x_block = la.token_blocks(x, block_size)
         if self.causal and self.variance_aware:      # per-token angles: the elementwise reflections
-            var = self.block_variance(x, reflect=True)                               # [B, H, N, d/2]
+            var_block = la.token_blocks(self.block_variance(x, reflect=True), block_size)  # [B, H, N, d/2]
 
             def block(s: int, e: int) -> torch.Tensor:
-                angles = self.modulate(var[:, :, s:e])
-                return F.relu(self.reflect_blocks(self.reflect_heads(x[:, :, s:e]), angles))
+                angles = self.modulate(var_block(s, e))
+                return F.relu(self.reflect_blocks(self.reflect_heads(x_block(s, e)), angles))
             return block
         # angles fixed over the sequence: both reflections of a block are one matmul and a rank-1 update,
         # y = (x - 2 <x, u_c> u_c) M = x M - 2 <x, u_c> (u_c M)
@@ -167,7 +169,7 @@ class MirrorFeatureMap(FeatureMap):
             uM = u @ M                                                               # [B or 1, H, 1, d]
 
         def block(s: int, e: int) -> torch.Tensor:
-            xb = x[:, :, s:e]
+            xb = x_block(s, e)
             y = xb @ M                                                               # [B, H, b, d]
             if self.cross_head:
                 proj = (xb @ u.transpose(-1, -2)).sum(1, keepdim=True)               # [B, 1, b, 1] = <x_t, u_c>

@@ -78,13 +78,14 @@ class PolaAttention(Attention):
         # features block by block (never [B, H, N, 2D] for the whole sequence: at N = 16k those are 32 MiB
         # tensors that the allocator maps and faults in on every call); the two streams share the key pass
         s, p = self._params(q.dtype)
+        q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
 
         def map_q(a, b):
-            pos, neg = polarity_split(q[:, :, a:b] / s, p, abs_pow)                  # [B, H, b, D] each
+            pos, neg = polarity_split(q_block(a, b) / s, p, abs_pow)                 # [B, H, b, D] each
             return torch.cat([pos, neg], -1), torch.cat([neg, pos], -1)             # q_sim, q_opp
 
         def map_k(a, b):
-            return torch.cat(polarity_split(k[:, :, a:b] / s, p, abs_pow), -1)      # [B, H, b, 2D]
+            return torch.cat(polarity_split(k_block(a, b) / s, p, abs_pow), -1)     # [B, H, b, 2D]
 
         return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
                                            chunk_size=self.chunk_size, block_size=self.block_size)

@@ -122,6 +122,20 @@ def _grad_needed(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def token_blocks(x: torch.Tensor, block_size: int) -> Callable[[int, int], torch.Tensor]:
+    """``get(s, e) == x[:, :, s:e]`` for the blocks of :func:`linear_attention_blocked` (``s`` a multiple of
+    ``block_size``), all cut by one ``split``: under autograd a slice per block costs a zero tensor of x's full
+    size in the backward (and one add to accumulate it), a split one concatenation for all the blocks."""
+    parts = x.split(block_size, dim=2)
+
+    def get(s: int, e: int) -> torch.Tensor:
+        part = parts[s // block_size]
+        if s % block_size or part.shape[2] != e - s:
+            raise ValueError(f"token_blocks: [{s}, {e}) is not a block of size {block_size}")
+        return part
+    return get
+
+
 def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[torch.Tensor, ...]],
                              map_k: Callable[[int, int], torch.Tensor], v: torch.Tensor, *, causal: bool = False,
                              normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
@@ -129,7 +143,8 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     """Linear attention whose feature maps are computed block by block and never held for the whole sequence.
 
     ``map_q(start, stop)`` / ``map_k(start, stop)`` return the features of tokens ``start:stop``
-    (``[B, H, stop - start, M]``). Bidirectional: one pass over key blocks accumulates S and z, one pass over
+    (``[B, H, stop - start, M]``), for the blocks ``[i * block_size, min((i + 1) * block_size, N))`` (cut them
+    with :func:`token_blocks`). Bidirectional: one pass over key blocks accumulates S and z, one pass over
     query blocks applies them. Causal: blocks run in order, each through the chunked form with the carried state.
     Same math as :func:`linear_attention`; the blocks keep the elementwise work in cache and the peak memory at
     the inputs, the output and O(block) temporaries.
@@ -140,6 +155,7 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     """
     n = v.shape[-2]
     bounds = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
+    v_block = token_blocks(v, block_size)
 
     def queries(s, e):
         fq = map_q(s, e)
@@ -151,7 +167,7 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
             fqs, fk = queries(s, e), map_k(s, e)
             states = states or [None] * len(fqs)
             parts = []
-            for g, (fq, vg) in enumerate(zip(fqs, v[:, :, s:e].chunk(len(fqs), dim=-1))):
+            for g, (fq, vg) in enumerate(zip(fqs, v_block(s, e).chunk(len(fqs), dim=-1))):
                 o, states[g] = linear_attention_chunked(fq, fk, vg, normalize=normalize, eps=eps,
                                                         chunk_size=chunk_size, initial_state=states[g], offset=s,
                                                         output_final_state=True)
@@ -163,7 +179,7 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     for s, e in bounds:
         fk = map_k(s, e)                                                      # [B, H, b, M]
         grad = grad or _grad_needed(fk)
-        kv_b = fk.transpose(-1, -2) @ v[:, :, s:e]                            # [B, H, M, D]  every group at once
+        kv_b = fk.transpose(-1, -2) @ v_block(s, e)                           # [B, H, M, D]  every group at once
         z_b = fk.sum(-2, keepdim=True)                                        # [B, H, 1, M]
         kv = kv_b if kv is None else (kv + kv_b if grad else kv.add_(kv_b))
         z = z_b if z is None else (z + z_b if grad else z.add_(z_b))
