@@ -232,11 +232,13 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     chunks = max(4, int(block_bytes) // per_chunk)                            # chunks per block
     o = None if track else q.new_empty(BH, n, C, Dv)                          # [BH, n, C, Dv]
     outs = []
-    for c0 in range(0, n, chunks):
+    # the blocks cut by one split per input (under autograd a slice per block would cost a full-size zero
+    # tensor in the backward, each)
+    blocks = zip(*(t.split(chunks * C, dim=2) for t in (q, k, v, beta)),
+                 g.split(chunks * C, dim=2) if g is not None else [None] * n)
+    for c0, (qb, kb, vb, bb, gb) in zip(range(0, n, chunks), blocks):
         c1 = min(n, c0 + chunks)
-        t0, t1 = c0 * C, c1 * C
-        o_blk, S = _delta_block(q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1], beta[:, :, t0:t1],
-                                None if g is None else g[:, :, t0:t1], S, scale, C, track)
+        o_blk, S = _delta_block(qb, kb, vb, bb, gb, S, scale, C, track)
         o_blk = o_blk.reshape(c1 - c0, BH, C, Dv).transpose(0, 1)             # [BH, m, C, Dv]
         if track:
             outs.append(o_blk)
