@@ -1,7 +1,9 @@
 """``attnbench check``: every implementation of every mechanism against its reference, forward and backward.
 
 The same comparison the test suite makes, as a library function (the scaling suite's correctness gate uses it
-too): odd lengths, float64 by default, gradients with respect to q, k, v and every parameter.
+too): odd lengths, float64 by default, gradients with respect to q, k, v and every parameter. The delta-rule op
+of the LM suite is checked the same way (``delta_rule``, ``gated_delta_rule``: every impl against the
+token-by-token recurrence).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from .attention.base import triton_usable
 from .protocol import AttnbenchError, UnsupportedError
 
 CHECK_LENGTHS = (1, 7, 129)
-TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4}
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4, torch.bfloat16: 5e-2}
+DELTA_OPS = {"delta_rule": False, "gated_delta_rule": True}   # name -> gated
 
 
 @dataclass
@@ -111,13 +114,60 @@ def check_one(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.
     return CheckResult(name, causal, impl, seq_len, label, fwd, bwd, tol, status)
 
 
+def check_delta(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torch.float64, heads: int = 2,
+                head_dim: int = 8, batch: int = 2, seed: int = 0) -> CheckResult:
+    """``attnbench.ops.delta_rule(impl=...)`` against :func:`~attnbench.ops.delta.delta_rule_recurrent`, forward
+    and the gradients with respect to q, k, v, beta (and g), at stable inputs (L2-normalised k, beta in (0, 1));
+    chunks of 16 so that the longer lengths span several. FLA's kernels (``fla``) need CUDA and run in bf16."""
+    from .ops.delta import delta_rule, delta_rule_recurrent
+
+    if impl == "fla":
+        if not torch.cuda.is_available():
+            return CheckResult(name, True, impl, seq_len, "bfloat16", None, None, TOLERANCE[torch.bfloat16],
+                               "skipped", "needs CUDA")
+        dtype, device = torch.bfloat16, "cuda"
+    else:
+        device = "cpu"
+    tol = TOLERANCE[dtype]
+    gen = torch.Generator().manual_seed(seed)
+    shape = (batch, heads, seq_len, head_dim)
+    q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3))
+    k = torch.nn.functional.normalize(k, dim=-1)
+    beta = torch.rand(shape[:3], generator=gen, dtype=torch.float64)
+    inputs = [q, k, v, beta]
+    if DELTA_OPS[name]:
+        inputs.append(torch.nn.functional.logsigmoid(torch.randn(shape[:3], generator=gen, dtype=torch.float64) + 2))
+    weight = torch.randn(shape, generator=gen, dtype=torch.float64)
+    label = str(dtype).replace("torch.", "")
+    try:
+        fast = forward_backward(lambda *x: delta_rule(*x, impl=impl, chunk_size=16)[0],
+                                [t.to(device, dtype) for t in inputs], weight.to(device))
+        ref = forward_backward(lambda *x: delta_rule_recurrent(*x)[0], inputs, weight)
+    except UnsupportedError as e:
+        return CheckResult(name, True, impl, seq_len, label, None, None, tol, "skipped", str(e))
+    except Exception as e:  # a crash is a failed check, reported in the table, not a traceback
+        return CheckResult(name, True, impl, seq_len, label, None, None, tol, "error", f"{type(e).__name__}: {e}")
+    fwd = _relative_err(fast[0], ref[0])
+    bwd = max(_relative_err(g, r) for g, r in zip(fast[1:], ref[1:]))
+    status = "ok" if fwd <= tol and bwd <= tol else "mismatch"
+    return CheckResult(name, True, impl, seq_len, label, fwd, bwd, tol, status)
+
+
 def check_all(names: list[str] | None = None, *, dtype: str = "float64",
               lengths: tuple[int, ...] = CHECK_LENGTHS) -> list[CheckResult]:
+    """Every impl of the named mechanisms (default: all, then the delta-rule ops) at ``lengths``."""
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}.get(dtype)
     if torch_dtype is None:
         raise AttnbenchError(f"check: argument 'dtype' must be float64 or float32, got {dtype!r}")
     rows = []
-    for name in names or registry.names():
+    for name in names or registry.names() + list(DELTA_OPS):
+        if name in DELTA_OPS:
+            rows += [check_delta(name, impl=impl, seq_len=n, dtype=torch_dtype)
+                     for impl in ("torch", "fla") for n in lengths]
+            continue
+        if name not in registry.names():
+            raise registry._unknown("attention or op", name, {**dict.fromkeys(registry.names()),
+                                                               **dict.fromkeys(DELTA_OPS)})
         cls = registry.get_attention(name)
         forms = [c for c, ok in ((False, cls.bidirectional), (True, cls.causal_form)) if ok]
         for causal in forms:

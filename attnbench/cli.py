@@ -56,15 +56,17 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
               dtype: str = typer.Option("float64", help="float64 or float32"),
               interpret: bool = typer.Option(False, "--interpret", help="run the Triton kernels on the CPU "
                                              "under Triton's interpreter (slow; no GPU needed)")) -> None:
-    """Every impl of every mechanism against its reference at odd shapes, forward and backward."""
+    """Every impl of every mechanism (and of the delta-rule op) against its reference at odd shapes, forward and
+    backward."""
     if interpret:  # must be set before triton is imported (kernels are imported lazily, on first use)
         import os
 
         os.environ["TRITON_INTERPRET"] = "1"
     from .checks import check_all, render_checks
 
+    names = [n.strip() for n in (attn or "").split(",") if n.strip()]  # check_all knows the ops too
     try:
-        rows = check_all(split_names(attn) or None, dtype=dtype)
+        rows = check_all(names or None, dtype=dtype)
     except AttnbenchError as e:
         fail(str(e))
     console.print(render_checks(rows))

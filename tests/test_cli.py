@@ -35,6 +35,20 @@ def test_check_reports_a_disagreement(monkeypatch):
     assert "mismatch" in result.output
 
 
+def test_check_covers_the_delta_rule_op(monkeypatch):
+    """`attnbench check` runs the delta-rule op's impls against the recurrence (fla: skipped without CUDA) and
+    reports a broken chunked form."""
+    result = runner.invoke(app, ["check", "--attn", "delta_rule,gated_delta_rule"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "gated_delta_rule" in result.output and "needs CUDA" in result.output
+    import attnbench.ops.delta as delta
+
+    chunked = delta.delta_rule_chunked
+    monkeypatch.setattr(delta, "delta_rule_chunked", lambda *a, **kw: (chunked(*a, **kw)[0] * 1.01, None))
+    result = runner.invoke(app, ["check", "--attn", "delta_rule"], env={"COLUMNS": "250"})
+    assert result.exit_code == 1 and "mismatch" in result.output
+
+
 def test_data_generators_write_files_the_readers_parse(tmp_path):
     from attnbench.suites.lra.data import load_listops, load_pathfinder
 
