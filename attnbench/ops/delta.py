@@ -308,10 +308,13 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     kbT = kb.reshape(m, BH, C, Dk).transpose(-1, -2)                          # [m, BH, Dk, C]
     # the only sequential part, the S_0 -> S_C carry: Delta' = Y_V - Y_K S_0, S_C = e^{G_C} S_0 + kb^T Delta'
     if track:
+        # per-chunk operands by unbind, not indexing: the backward of an index fills a zero tensor of the whole
+        # block for each chunk, unbind's stacks the chunks' gradients once
         ds, ss = [], [S]
-        for c in range(m):
-            d = torch.baddbmm(YV[c], YK[c], S, alpha=-1.0)                    # [BH, C, Dv]  Delta'
-            S = (S if a_c is None else S * a_c[c]).baddbmm(kbT[c], d)         # [BH, Dk, Dv]  S_C
+        gates = a_c.unbind(0) if a_c is not None else [None] * m
+        for yv, yk, kt, a in zip(YV.unbind(0), YK.unbind(0), kbT.unbind(0), gates):
+            d = torch.baddbmm(yv, yk, S, alpha=-1.0)                          # [BH, C, Dv]  Delta'
+            S = (S if a is None else S * a).baddbmm(kt, d)                    # [BH, Dk, Dv]  S_C
             ds.append(d)
             ss.append(S)
         delta, states = torch.stack(ds), torch.stack(ss)                      # [m, BH, C, Dv], [m+1, BH, Dk, Dv]
