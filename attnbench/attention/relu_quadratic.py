@@ -47,11 +47,12 @@ class ReluQuadraticAttention(Attention):
         n = q.shape[-2]
         counts = self.alpha.to(q.dtype) * position_counts(n, self.causal, q)         # [N, 1]
         outs = []
-        for start in range(0, n, self.block_size):
-            stop = min(start + self.block_size, n)
+        # query blocks by one split (a slice per block would fill a full-size zero gradient each, in backward)
+        for start, q_blk in zip(range(0, n, self.block_size), q.split(self.block_size, dim=2)):
+            stop = start + q_blk.shape[2]
             keys = stop if self.causal else n                                        # causal: keys <= last query
-            A = self._scores(q[:, :, start:stop], k[:, :, :keys])                    # [B, H, b, keys]
+            A = self._scores(q_blk, k[:, :, :keys] if self.causal else k)            # [B, H, b, keys]
             if self.causal:
                 A = A.tril(diagonal=start)
-            outs.append(A @ v[:, :, :keys])
+            outs.append(A @ (v[:, :, :keys] if self.causal else v))
         return torch.cat(outs, dim=2) / counts
