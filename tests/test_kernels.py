@@ -36,6 +36,23 @@ def _low(ts, dtype):
     return [t.detach().to(dtype).requires_grad_() if t is not None else None for t in ts]
 
 
+def _three_ways(reference, fast, inputs64, dtype=torch.float32):
+    """``reference`` in float64 and in ``dtype`` and ``fast`` in ``dtype`` on copies of ``inputs64`` (None entries
+    pass through), each with the gradients of one fixed random weighting of its outputs (a tensor or a list).
+    Returns ``(fast, reference in dtype, reference in float64)``, each an ``(outputs, gradients)`` pair of lists."""
+    def run(fn, ts, weights=None):
+        out = fn(*ts)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        weights = weights if weights is not None else [torch.randn_like(o.double()) for o in out]
+        return out, list(_grads(out, [t for t in ts if t is not None], weights)), weights
+
+    ref64 = [t.detach().requires_grad_() if t is not None else None for t in inputs64]
+    r64, g64, weights = run(reference, ref64)
+    r_lo, g_lo, _ = run(reference, _low(ref64, dtype), weights)
+    out, g_out, _ = run(fast, _low(ref64, dtype), weights)
+    return (out, g_out), (r_lo, g_lo), (r64, g64)
+
+
 def _assert_finite(*ts):
     for t in ts:
         if t is not None:
@@ -70,21 +87,13 @@ def _la_run(fn, ts, normalize, chunk, offset):
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("init", [False, True])
 def test_chunk_linear_attn_matches_reference_fwd_bwd(n, normalize, init):
-    ref64 = [t.requires_grad_() if t is not None else None for t in _la_inputs(2, 1, n, 12, 6, init)]
     offset = 5 if init else 0
-    inputs = [t for t in ref64 if t is not None]
-    r64 = _la_run(chunk_linear_attn_reference, ref64, normalize, 16, offset)
-    weights = [torch.randn_like(t) for t in r64]
-    g64 = _grads(r64, inputs, weights)
-    lo = _low(ref64, torch.float32)
-    r32 = _la_run(chunk_linear_attn_reference, lo, normalize, 16, offset)
-    g32 = _grads(r32, [t for t in lo if t is not None], weights)
-    ks = _low(ref64, torch.float32)
-    out = _la_run(chunk_linear_attn, ks, normalize, 16, offset)
-    gk = _grads(out, [t for t in ks if t is not None], weights)
+    (out, gk), (r32, g32), (r64, g64) = _three_ways(
+        lambda *ts: _la_run(chunk_linear_attn_reference, ts, normalize, 16, offset),
+        lambda *ts: _la_run(chunk_linear_attn, ts, normalize, 16, offset), _la_inputs(2, 1, n, 12, 6, init))
     _assert_finite(*out, *gk)
     for name, a, b, c in zip(["o", "S_N", "z_N"], out, r32, r64):
-        assert a.dtype == (torch.float32 if name != "o" else ks[2].dtype)
+        assert a.dtype == torch.float32
         assert_within_policy(a.float(), b, c, name)
     for name, a, b, c in zip(["dfq", "dfk", "dv", "dS0", "dz0"], gk, g32, g64):
         assert_within_policy(a, b, c, name)
@@ -94,16 +103,10 @@ def test_chunk_linear_attn_matches_reference_fwd_bwd(n, normalize, init):
 @pytest.mark.parametrize("m,d,chunk", [(130, 70, 32), (6, 17, 16)])
 def test_chunk_linear_attn_multi_block_tiles(m, d, chunk):
     """Feature and value sizes that need several kernel tiles (M > 64, D > 64) or D > M."""
-    ref64 = [t.requires_grad_() if t is not None else None for t in _la_inputs(1, 1, 37, m, d, True, seed=3)]
-    r64 = _la_run(chunk_linear_attn_reference, ref64, True, chunk, 2)
-    weights = [torch.randn_like(t) for t in r64]
-    g64 = _grads(r64, ref64, weights)
-    lo = _low(ref64, torch.float32)
-    g32 = _grads(_la_run(chunk_linear_attn_reference, lo, True, chunk, 2), lo, weights)
-    ks = _low(ref64, torch.float32)
-    out = _la_run(chunk_linear_attn, ks, True, chunk, 2)
-    gk = _grads(out, ks, weights)
-    assert_within_policy(out[0], _la_run(chunk_linear_attn_reference, lo, True, chunk, 2)[0], r64[0], "o")
+    (out, gk), (r32, g32), (r64, g64) = _three_ways(
+        lambda *ts: _la_run(chunk_linear_attn_reference, ts, True, chunk, 2),
+        lambda *ts: _la_run(chunk_linear_attn, ts, True, chunk, 2), _la_inputs(1, 1, 37, m, d, True, seed=3))
+    assert_within_policy(out[0], r32[0], r64[0], "o")
     for name, a, b, c in zip(["dfq", "dfk", "dv", "dS0", "dz0"], gk, g32, g64):
         assert_within_policy(a, b, c, name)
 
@@ -153,16 +156,10 @@ def test_chunk_linear_attn_low_precision_dot_path(monkeypatch):
     import attnbench.kernels._util as util
 
     monkeypatch.setattr(util, "LOWP_DTYPES", (torch.float16,))
-    ts = [t.requires_grad_() if t is not None else None for t in _la_inputs(1, 2, 45, 12, 6, True, seed=5)]
-    r64 = _la_run(chunk_linear_attn_reference, ts, True, 16, 3)
-    weights = [torch.randn_like(t) for t in r64]
-    g64 = _grads(r64, ts, weights)
-    lo = _low(ts, torch.float16)
-    r16 = _la_run(chunk_linear_attn_reference, lo, True, 16, 3)
-    g16 = _grads(r16, lo, weights)
-    ks = _low(ts, torch.float16)
-    out = _la_run(chunk_linear_attn, ks, True, 16, 3)
-    gk = _grads(out, ks, weights)
+    (out, gk), (r16, g16), (r64, g64) = _three_ways(
+        lambda *ts: _la_run(chunk_linear_attn_reference, ts, True, 16, 3),
+        lambda *ts: _la_run(chunk_linear_attn, ts, True, 16, 3), _la_inputs(1, 2, 45, 12, 6, True, seed=5),
+        torch.float16)
     _assert_finite(*out, *gk)
     assert_within_policy(out[0], r16[0], r64[0], "o (fp16 operands)")
     for name, a, b, c in zip(["dfq", "dfk", "dv", "dS0", "dz0"], gk, g16, g64):
@@ -203,17 +200,10 @@ def _nala_input(shape, seed=0):
 @pytest.mark.parametrize("is_query", [True, False])
 @pytest.mark.parametrize("shape,lam,tau", [((2, 3, 7, 6), 3.0, 0.5), ((1, 2, 5, 33), 2.0, 1.0)])
 def test_nala_kernel_matches_reference_fwd_bwd(is_query, shape, lam, tau):
-    x64 = _nala_input(shape).requires_grad_()
     kw = dict(is_query=is_query, lam=lam, tau=tau)
-    r64 = nala_feature_map_reference(x64, **kw)
+    ([out], [gk]), ([r32], [g32]), ([r64], [g64]) = _three_ways(
+        lambda x: nala_feature_map_reference(x, **kw), lambda x: nala_feature_map(x, **kw), [_nala_input(shape)])
     assert r64.shape[-1] == 2 * shape[-1]
-    w = torch.randn_like(r64)
-    (g64,) = torch.autograd.grad(r64, x64, w)
-    x32, xk = _low([x64], torch.float32)[0], _low([x64], torch.float32)[0]
-    r32 = nala_feature_map_reference(x32, **kw)
-    (g32,) = torch.autograd.grad(r32, x32, w.float())
-    out = nala_feature_map(xk, **kw)
-    (gk,) = torch.autograd.grad(out, xk, w.float())
     _assert_finite(out, gk)
     assert_within_policy(out, r32, r64, "phi")
     assert_within_policy(gk, g32, g64, "dx")
@@ -231,15 +221,8 @@ def test_nala_maps_into_causal_linear_attention():
         kw = dict(chunk_size=16) if fast else {}
         return attn(phi(q, is_query=True), phi(k, is_query=False), v, **kw)[0]
 
-    r64 = run(q64, k64, v64, False)
-    w = torch.randn_like(r64)
-    g64 = torch.autograd.grad(r64, (q64, k64, v64), w)
-    lo = _low([q64, k64, v64], torch.float32)
-    r32 = run(*lo, False)
-    g32 = torch.autograd.grad(r32, lo, w.float())
-    ks = _low([q64, k64, v64], torch.float32)
-    out = run(*ks, True)
-    gk = torch.autograd.grad(out, ks, w.float())
+    ([out], gk), ([r32], g32), ([r64], g64) = _three_ways(lambda *x: run(*x, False), lambda *x: run(*x, True),
+                                                        [q64, k64, v64])
     _assert_finite(out, *gk)
     assert_within_policy(out, r32, r64, "nala attention")
     for name, a, b, c in zip(["dq", "dk", "dv"], gk, g32, g64):
@@ -308,16 +291,8 @@ def _l1_inputs(b, h, n, m, d, seed=0):
 @needs_kernels
 @pytest.mark.parametrize("b,h,n,m,d", [(2, 1, 45, 9, 7), (1, 1, 1, 1, 1), (1, 2, 33, 40, 19)])
 def test_l1_distance_matches_reference_fwd_bwd(b, h, n, m, d):
-    x64, y64 = (t.requires_grad_() for t in _l1_inputs(b, h, n, m, d))
-    r64 = l1_distance_reference(x64, y64)
-    w = torch.randn_like(r64)
-    g64 = torch.autograd.grad(r64, (x64, y64), w)
-    x32, y32 = _low([x64, y64], torch.float32)
-    r32 = l1_distance_reference(x32, y32)
-    g32 = torch.autograd.grad(r32, (x32, y32), w.float())
-    xk, yk = _low([x64, y64], torch.float32)
-    out = l1_distance(xk, yk)
-    gk = torch.autograd.grad(out, (xk, yk), w.float())
+    x64, y64 = _l1_inputs(b, h, n, m, d)
+    ([out], gk), ([r32], g32), ([r64], g64) = _three_ways(l1_distance_reference, l1_distance, [x64, y64])
     _assert_finite(out, *gk)
     assert_matches_fp64(torch.cdist(x64, y64, p=1), r64, "cdist reference")
     assert_within_policy(out, r32, r64, "L1 distance")
@@ -337,17 +312,10 @@ def test_l1_distance_float16_forward():
 @pytest.mark.parametrize("m", [5, 17, 40])
 def test_newton_schulz_step_matches_reference_fwd_bwd(m):
     g = torch.Generator().manual_seed(m)
-    W64 = (torch.randn(2, 3, m, m, generator=g, dtype=torch.float64) / m ** 0.5).requires_grad_()
-    X64 = (torch.randn(2, 3, m, m, generator=g, dtype=torch.float64) / m ** 0.5).requires_grad_()
-    r64 = newton_schulz_step_reference(X64, W64)
-    w = torch.randn_like(r64)
-    g64 = torch.autograd.grad(r64, (X64, W64), w)
-    X32, W32 = _low([X64, W64], torch.float32)
-    r32 = newton_schulz_step_reference(X32, W32)
-    g32 = torch.autograd.grad(r32, (X32, W32), w.float())
-    Xk, Wk = _low([X64, W64], torch.float32)
-    out = newton_schulz_step(Xk, Wk)
-    gk = torch.autograd.grad(out, (Xk, Wk), w.float())
+    W64 = torch.randn(2, 3, m, m, generator=g, dtype=torch.float64) / m ** 0.5
+    X64 = torch.randn(2, 3, m, m, generator=g, dtype=torch.float64) / m ** 0.5
+    ([out], gk), ([r32], g32), ([r64], g64) = _three_ways(newton_schulz_step_reference, newton_schulz_step,
+                                                        [X64, W64])
     _assert_finite(out, *gk)
     assert_within_policy(out, r32, r64, "NS step")
     for name, a, r, c in zip(["dX", "dW"], gk, g32, g64):
