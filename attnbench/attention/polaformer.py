@@ -61,15 +61,22 @@ class PolaAttention(Attention):
         p = 1.0 + self.alpha * torch.sigmoid(self.power.to(dtype))                   # [H, 1, D]
         return s, p
 
-    def features_reference(self, q, k):
-        """(q_sim, q_opp, k_feat), each ``[B, H, N, 2D]``, by the plain powers."""
-        s, p = self._params(q.dtype)
-        q_pos, q_neg = polarity_split(q / s, p, None)                                # [B, H, N, D] each
-        k_pos, k_neg = polarity_split(k / s, p, None)
-        return (torch.cat([q_pos, q_neg], -1), torch.cat([q_neg, q_pos], -1), torch.cat([k_pos, k_neg], -1))
+    @staticmethod
+    def query_streams(q, s, p, power_of_abs):
+        """``(q_sim, q_opp)``, each ``[..., 2D]``: ``[q+, q-]`` (same-sign path) and ``[q-, q+]`` (opposite-sign
+        path) of ``q / s``; ``power_of_abs=None`` is the plain-power reference (see :func:`polarity_split`)."""
+        pos, neg = polarity_split(q / s, p, power_of_abs)                            # [..., D] each
+        return torch.cat([pos, neg], -1), torch.cat([neg, pos], -1)
+
+    @staticmethod
+    def key_features(k, s, p, power_of_abs):
+        """``[k+, k-]`` of ``k / s``: ``[..., 2D]``."""
+        return torch.cat(polarity_split(k / s, p, power_of_abs), -1)
 
     def forward_reference(self, q, k, v):
-        q_sim, q_opp, kf = self.features_reference(q, k)
+        s, p = self._params(q.dtype)
+        q_sim, q_opp = self.query_streams(q, s, p, None)                             # [B, H, N, 2D] each
+        kf = self.key_features(k, s, p, None)                                        # [B, H, N, 2D]
         v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
         return torch.cat([la.linear_attention_reference(q_sim, kf, v_sim, causal=self.causal, eps=self.eps),
                           la.linear_attention_reference(q_opp, kf, v_opp, causal=self.causal, eps=self.eps)], -1)
@@ -81,11 +88,10 @@ class PolaAttention(Attention):
         q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
 
         def map_q(a, b):
-            pos, neg = polarity_split(q_block(a, b) / s, p, abs_pow)                 # [B, H, b, D] each
-            return torch.cat([pos, neg], -1), torch.cat([neg, pos], -1)             # q_sim, q_opp
+            return self.query_streams(q_block(a, b), s, p, abs_pow)                  # q_sim, q_opp
 
         def map_k(a, b):
-            return torch.cat(polarity_split(k_block(a, b) / s, p, abs_pow), -1)     # [B, H, b, 2D]
+            return self.key_features(k_block(a, b), s, p, abs_pow)                   # [B, H, b, 2D]
 
         return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
                                            chunk_size=self.chunk_size, block_size=self.block_size)

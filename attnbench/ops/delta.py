@@ -122,7 +122,7 @@ def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> No
 
 @functools.lru_cache(maxsize=32)
 def _upper_mask(C: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[C, C]`` upper triangle incl. the diagonal, as 0/1 in ``dtype`` (or bool); cached, never written."""
+    """``[C, C]`` upper triangle incl. the diagonal, as 0/1 in ``dtype``; cached, never written."""
     return torch.ones(C, C, dtype=torch.bool, device=device).triu().to(dtype)
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import torch
 
+# e^-80 ~ 1.8e-35 stands in for anything smaller: ATen's CPU exp is 50-100x slower on arguments whose result
+# underflows into subnormals or to 0
+EXP_FLOOR = -80.0
+
 
 def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """Reduce a broadcast gradient back to ``shape``."""
@@ -21,7 +25,7 @@ class _AbsPow(torch.autograd.Function):
         # |x|^p = exp(p log|x|), with log|x| and the exponent floored (|x|^p >= e^-80 ~ 1.8e-35 instead of 0):
         # ATen's log(0) = -inf, exp(-inf) and exp into subnormals take slow paths (~10x), and ReLU'd inputs are
         # half zeros.
-        y = torch.exp(torch.log(x.abs().clamp_min_(1e-30)).mul_(p).clamp_min_(-80.0))
+        y = torch.exp(torch.log(x.abs().clamp_min_(1e-30)).mul_(p).clamp_min_(EXP_FLOOR))
         ctx.save_for_backward(x, p, y)
         return y
 
@@ -38,14 +42,10 @@ class _AbsPow(torch.autograd.Function):
         return gx, gp
 
 
-def exp_floored(x: torch.Tensor, floor: float = -80.0) -> torch.Tensor:
-    """``exp(max(x, floor))``: e^-80 ~ 1.8e-35 stands in for anything smaller.
-
-    ATen's CPU exp is ~50-100x slower on arguments whose result underflows into subnormals or to 0 (strong
-    decays give exponents of -250 and below); the floor keeps every call on the fast path. The gradient below
-    the floor is 0 instead of e^x (< 2e-35).
-    """
-    return torch.exp(x.clamp_min(floor))
+def exp_floored(x: torch.Tensor) -> torch.Tensor:
+    """``exp(max(x, EXP_FLOOR))``, out of place (autograd-safe): strong decays give exponents of -250 and below,
+    and the floor keeps every call on ATen's fast path. The gradient below the floor is 0 instead of e^x."""
+    return torch.exp(x.clamp_min(EXP_FLOOR))
 
 
 def abs_pow(x: torch.Tensor, p: torch.Tensor | float) -> torch.Tensor:
