@@ -358,5 +358,7 @@ def test_errors_scalars():
         run(delta_rule, ts, chunk_size=0)
     with pytest.raises(ShapeError, match="'scale' must be a real number"):
         run(delta_rule, ts, scale="0.5")
+    with pytest.raises(ShapeError, match="'block_bytes' must be a positive integer, got 0"):
+        run(delta_rule_chunked, ts, block_bytes=0)
     with pytest.raises(UnknownNameError, match="unknown impl 'recurent'; did you mean 'recurrent'"):
         run(delta_rule, ts, impl="recurent")
