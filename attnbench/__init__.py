@@ -1,32 +1,22 @@
-"""attnbench: attention mechanisms behind one ``Attention(q, k, v)`` protocol, driven through the same suites."""
+"""attnbench: attention mechanisms behind one ``Attention(q, k, v)`` protocol, driven through the same suites.
 
-from .protocol import AttnbenchError, ShapeError, UnknownNameError, UnsupportedError
-from .registry import (
-    build,
-    build_feature_map,
-    build_for_length,
-    describe,
-    feature_map_names,
-    get_attention,
-    names,
-    register_attention,
-    register_feature_map,
-)
+The names below are loaded on first use (PEP 562), so ``attnbench --help`` and ``attnbench list`` do not pay for
+importing torch.
+"""
+
+from .errors import AttnbenchError, ShapeError, UnknownNameError, UnsupportedError
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttnbenchError",
-    "ShapeError",
-    "UnknownNameError",
-    "UnsupportedError",
-    "build",
-    "build_feature_map",
-    "build_for_length",
-    "describe",
-    "feature_map_names",
-    "get_attention",
-    "names",
-    "register_attention",
-    "register_feature_map",
-]
+_FROM_REGISTRY = ("build", "build_feature_map", "build_for_length", "describe", "feature_map_names",
+                  "get_attention", "names", "register_attention", "register_feature_map")
+
+__all__ = ["AttnbenchError", "ShapeError", "UnknownNameError", "UnsupportedError", *_FROM_REGISTRY]
+
+
+def __getattr__(name: str):
+    if name in _FROM_REGISTRY:
+        from . import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'attnbench' has no attribute {name!r}")

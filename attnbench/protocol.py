@@ -10,26 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from .errors import AttnbenchError, ShapeError, UnknownNameError, UnsupportedError  # noqa: F401
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-class AttnbenchError(ValueError):
-    """Base class of the errors attnbench raises for bad input (a ValueError, so callers can catch either)."""
-
-
-class UnknownNameError(AttnbenchError, KeyError):
-    """An attention, feature map, suite or preset name that is not registered."""
-
-    def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
-        return str(self.args[0]) if self.args else ""
-
-
-class ShapeError(AttnbenchError):
-    """A tensor whose rank, size or dtype does not match the protocol."""
-
-
-class UnsupportedError(AttnbenchError):
-    """A request the mechanism cannot honour (e.g. causal for a bidirectional-only mechanism)."""
 
 
 def _describe(t: torch.Tensor) -> str:

@@ -5,11 +5,12 @@ Adding a mechanism is one file plus its ``@register_attention`` line; the regist
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
-from typing import Any, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
-from .protocol import AttnbenchError, UnknownNameError
+from .errors import AttnbenchError, UnknownNameError
 
 T = TypeVar("T", bound=type)
 
@@ -137,3 +138,66 @@ def describe(name: str) -> dict[str, Any]:
         "impls": tuple(cls.impls),
         "options": options_of(cls),
     }
+
+
+# --- suites (plug-ins) ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """What a suite plugs into the core. The core (CLI, report, store) reaches a suite only through this record.
+
+    ``run``: the typer command function of ``attnbench run <name>``; ``view``: an :class:`attnbench.report.View`
+    (``table`` / ``plot`` / markdown export; None: the generic view); ``data``: ``attnbench data <command>``
+    functions; ``ingest``: ``(path, store) -> message | None`` for a results file format of the suite's own (None:
+    not that format), tried by ``attnbench ingest`` after the store's own formats.
+    A suite's ``__init__`` must stay cheap to import (no torch): every CLI invocation discovers all suites.
+    """
+
+    name: str
+    help: str
+    run: Optional[Callable[..., Any]] = None
+    view: Any = None
+    data: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    ingest: Optional[Callable[..., Optional[str]]] = None
+
+
+_SUITES: dict[str, Suite] = {}
+_SUITES_DISCOVERED = False
+
+
+def register_suite(suite: Suite) -> Suite:
+    """Register a suite (called from the suite package's ``__init__``)."""
+    if suite.name in _SUITES and _SUITES[suite.name] != suite:
+        raise ValueError(f"suite {suite.name!r} is already registered")
+    _SUITES[suite.name] = suite
+    return suite
+
+
+def _discover_suites() -> None:
+    """Import every sub-package of ``attnbench.suites``: each registers itself. The core names no suite."""
+    global _SUITES_DISCOVERED
+    if _SUITES_DISCOVERED:
+        return
+    _SUITES_DISCOVERED = True
+    import importlib
+    import pkgutil
+
+    try:
+        pkg = importlib.import_module("attnbench.suites")
+    except ImportError:  # pragma: no cover - an install without suites
+        return
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            importlib.import_module(f"attnbench.suites.{info.name}")
+
+
+def suite_names() -> list[str]:
+    _discover_suites()
+    return sorted(_SUITES)
+
+
+def get_suite(name: str) -> Suite:
+    """The registered suite ``name``; an unknown name fails with the closest registered names."""
+    _discover_suites()
+    if name not in _SUITES:
+        raise _unknown("suite", name, _SUITES)  # type: ignore[arg-type]
+    return _SUITES[name]

@@ -166,11 +166,11 @@ class Preset:
     def options_for(self, attention: str) -> dict[str, Any]:
         return dict(self.attn_options.get(attention, {}))
 
-    def cell_hash(self, task: str, attention: str) -> str:
-        """Identity of what a (task, attention) cell trains: the model, the task config and the options."""
+    def cell_hash(self, task: str, attention: str, options: dict[str, Any]) -> str:
+        """Identity of what a (task, attention) cell trains: the model, the task config, the mechanism and its
+        options (the preset's merged with the command line's)."""
         return provenance.config_hash({"model": dataclasses.asdict(self.model), "task": self.task(task).to_dict(),
-                                       "options": self.options_for(attention), "attention": attention,
-                                       "task_name": task})
+                                       "options": options, "attention": attention, "task_name": task})
 
 
 def preset_names() -> list[str]:

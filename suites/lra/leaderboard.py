@@ -195,14 +195,11 @@ def reported_markdown() -> str:
     return _md(reported_tables())
 
 
-def register() -> None:
-    """Register the LRA view with :mod:`attnbench.report` (``attnbench table lra``)."""
+def view():
+    """The LRA view of :mod:`attnbench.report` (``attnbench table lra``): measured tables, then the reported."""
     from attnbench import report
 
-    kwargs = {}
-    if "extra" in {f.name for f in __import__("dataclasses").fields(report.View)}:
-        kwargs["extra"] = reported_rich
-    report.register_view("lra", report.View(rich_view, markdown_view, **kwargs))
+    return report.View(rich_view, markdown_view, extra=reported_rich)
 
 
 def print_leaderboard(*, setting: str | None = None, db: str | None = None, console=None,

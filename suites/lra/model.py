@@ -43,69 +43,22 @@ only; the protocol has no such hook, so no attention-probability dropout is appl
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
-from attnbench import registry
-
-
-class AttentionLayer(nn.Module):
-    """q/k/v projections, a registered attention, output projection (``Attention`` in the reference ``attention.py``).
-
-    ``forward(x [B, N, dim], mask [B, N] bool | None) -> [B, N, dim]``.
-    """
-
-    def __init__(self, attention: str, *, dim: int, heads: int, head_dim: int, seq_len: int,
-                 options: Optional[dict[str, Any]] = None):
-        super().__init__()
-        self.heads, self.head_dim = heads, head_dim
-        inner = heads * head_dim
-        self.w_q = nn.Linear(dim, inner)
-        self.w_k = nn.Linear(dim, inner)
-        self.w_v = nn.Linear(dim, inner)
-        self.attn = registry.build_for_length(attention, seq_len=seq_len, heads=heads, head_dim=head_dim,
-                                              causal=False, **(options or {}))
-        self.out = nn.Linear(inner, dim)
-
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        return x.reshape(b, n, self.heads, self.head_dim).transpose(1, 2)  # [B, H, N, Dh]
-
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        q, k, v = self._split(self.w_q(x)), self._split(self.w_k(x)), self._split(self.w_v(x))  # [B, H, N, Dh]
-        if mask is not None:
-            v = v * mask[:, None, :, None].to(v.dtype)  # [B, H, N, Dh]: padded value rows are zero
-        o = self.attn(q, k, v)  # [B, H, N, Dh]
-        b, h, n, d = o.shape
-        return self.out(o.transpose(1, 2).reshape(b, n, h * d))  # [B, N, dim]
-
-
-class Block(nn.Module):
-    """Pre-LN transformer block of the reference ``Transformer`` (``LRA/code/model.py``)."""
-
-    def __init__(self, attention: str, *, dim: int, ffn_dim: int, heads: int, head_dim: int, seq_len: int,
-                 dropout: float, options: Optional[dict[str, Any]] = None):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.mha = AttentionLayer(attention, dim=dim, heads=heads, head_dim=head_dim, seq_len=seq_len,
-                                  options=options)
-        self.dropout1 = nn.Dropout(dropout)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, dim),
-                                 nn.Dropout(dropout))
-
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = self.dropout1(self.mha(self.norm1(x), mask)) + x  # [B, N, dim]
-        return self.mlp(self.norm2(x)) + x  # [B, N, dim]
+from attnbench.models import TransformerStack
+from attnbench.spec import AttentionSpec, as_specs
 
 
 class Encoder(nn.Module):
-    """Embeddings, ``layers`` pre-LN blocks, final LayerNorm: ``ids [B, N] -> [B, N, dim]``."""
+    """Embeddings, then :class:`attnbench.models.TransformerStack` (``layers`` pre-LN blocks of the reference
+    ``Transformer``: q/k/v projections with bias, the attention, output projection; GELU MLP; final LayerNorm):
+    ``ids [B, N] -> [B, N, dim]``. ``specs``: one attention spec for every layer, or one per layer."""
 
-    def __init__(self, attention: str, *, vocab_size: int, seq_len: int, dim: int, ffn_dim: int, heads: int,
-                 head_dim: int, layers: int, dropout: float, options: Optional[dict[str, Any]] = None):
+    def __init__(self, specs: AttentionSpec | Sequence[AttentionSpec], *, vocab_size: int, seq_len: int, dim: int,
+                 ffn_dim: int, heads: int, head_dim: int, layers: int, dropout: float):
         super().__init__()
         self.seq_len = seq_len
         self.tok = nn.Embedding(vocab_size, dim)
@@ -113,10 +66,8 @@ class Encoder(nn.Module):
         nn.init.normal_(self.tok.weight, std=0.02)
         nn.init.normal_(self.pos.weight, std=0.02)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            Block(attention, dim=dim, ffn_dim=ffn_dim, heads=heads, head_dim=head_dim, seq_len=seq_len,
-                  dropout=dropout, options=options) for _ in range(layers))
-        self.norm = nn.LayerNorm(dim)
+        self.stack = TransformerStack(specs, layers=layers, dim=dim, ffn_dim=ffn_dim, heads=heads, head_dim=head_dim,
+                                      seq_len=seq_len, dropout=dropout)
 
     def forward(self, ids: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         n = ids.shape[1]
@@ -124,9 +75,7 @@ class Encoder(nn.Module):
             raise ValueError(f"input length {n} exceeds the model's seq_len {self.seq_len}")
         pos = torch.arange(n, device=ids.device)  # [N]
         x = self.dropout(self.tok(ids) + self.pos(pos)[None])  # [B, N, dim]
-        for blk in self.blocks:
-            x = blk(x, mask)
-        return self.norm(x)  # [B, N, dim]
+        return self.stack(x, mask)  # [B, N, dim]
 
 
 def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
@@ -144,17 +93,22 @@ class LRAClassifier(nn.Module):
     module docstring for exactly what that does and does not exclude).
     """
 
-    def __init__(self, attention: str, *, vocab_size: int, num_classes: int, seq_len: int, dim: int = 64,
-                 ffn_dim: int = 128, heads: int = 2, head_dim: int = 32, layers: int = 2, dropout: float = 0.1,
-                 pad_id: Optional[int] = 0, options: Optional[dict[str, Any]] = None):
+    def __init__(self, attention: str | AttentionSpec | Sequence[AttentionSpec], *, vocab_size: int,
+                 num_classes: int, seq_len: int, dim: int = 64, ffn_dim: int = 128, heads: int = 2,
+                 head_dim: int = 32, layers: int = 2, dropout: float = 0.1, pad_id: Optional[int] = 0):
         super().__init__()
         self.pad_id = pad_id
-        self.encoder = Encoder(attention, vocab_size=vocab_size, seq_len=seq_len, dim=dim, ffn_dim=ffn_dim,
-                               heads=heads, head_dim=head_dim, layers=layers, dropout=dropout, options=options)
+        specs = as_specs([attention] if isinstance(attention, (str, AttentionSpec)) else attention)
+        self.encoder = Encoder(specs, vocab_size=vocab_size, seq_len=seq_len, dim=dim, ffn_dim=ffn_dim,
+                               heads=heads, head_dim=head_dim, layers=layers, dropout=dropout)
         self.head = nn.Sequential(nn.Linear(dim, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, num_classes))
 
     def _mask(self, ids: torch.Tensor) -> Optional[torch.Tensor]:
         return None if self.pad_id is None else ids != self.pad_id  # [B, N] bool
+
+    def resolve_impl(self, device: torch.device | str) -> str:
+        """The implementation the model's attentions run on ``device`` (what a result records)."""
+        return self.encoder.stack.resolve_impl(device)
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled features ``[B, dim]``."""
@@ -171,12 +125,12 @@ class LRADualClassifier(LRAClassifier):
     ``forward(ids [B, N], ids2 [B, N]) -> logits [B, C]``.
     """
 
-    def __init__(self, attention: str, *, vocab_size: int, num_classes: int = 2, seq_len: int, dim: int = 64,
-                 ffn_dim: int = 128, heads: int = 2, head_dim: int = 32, layers: int = 2, dropout: float = 0.1,
-                 pad_id: Optional[int] = 0, options: Optional[dict[str, Any]] = None):
+    def __init__(self, attention: str | AttentionSpec | Sequence[AttentionSpec], *, vocab_size: int,
+                 num_classes: int = 2, seq_len: int, dim: int = 64, ffn_dim: int = 128, heads: int = 2,
+                 head_dim: int = 32, layers: int = 2, dropout: float = 0.1, pad_id: Optional[int] = 0):
         super().__init__(attention, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, dim=dim,
                          ffn_dim=ffn_dim, heads=heads, head_dim=head_dim, layers=layers, dropout=dropout,
-                         pad_id=pad_id, options=options)
+                         pad_id=pad_id)
         self.head = nn.Sequential(nn.Linear(4 * dim, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, num_classes))
 
     def forward(self, ids: torch.Tensor, ids2: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -184,16 +138,10 @@ class LRADualClassifier(LRAClassifier):
         return self.head(torch.cat([u, v, u * v, u - v], dim=-1))  # [B, C]
 
 
-def build_model(attention: str, *, vocab_size: int, num_classes: int, seq_len: int, pair: bool,
-                pad_id: Optional[int], dim: int, ffn_dim: int, heads: int, head_dim: int, layers: int,
-                dropout: float, options: Optional[dict[str, Any]] = None) -> LRAClassifier:
+def build_model(attention: str | AttentionSpec | Sequence[AttentionSpec], *, vocab_size: int, num_classes: int,
+                seq_len: int, pair: bool, pad_id: Optional[int], dim: int, ffn_dim: int, heads: int, head_dim: int,
+                layers: int, dropout: float) -> LRAClassifier:
     """The single or dual (``pair=True``) classifier for one task."""
     cls = LRADualClassifier if pair else LRAClassifier
     return cls(attention, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, dim=dim, ffn_dim=ffn_dim,
-               heads=heads, head_dim=head_dim, layers=layers, dropout=dropout, pad_id=pad_id, options=options)
-
-
-def resolve_impl(model: nn.Module, device: torch.device | str) -> str:
-    """The implementation the model's attention runs on ``device`` (what a result records)."""
-    impls = {m.resolve_impl(device) for m in model.modules() if hasattr(m, "resolve_impl")}
-    return ",".join(sorted(impls))
+               heads=heads, head_dim=head_dim, layers=layers, dropout=dropout, pad_id=pad_id)

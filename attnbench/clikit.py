@@ -1,0 +1,85 @@
+"""What every command of the CLI shares: the console, the one-line error exit, and the options that every
+suite's ``run`` command takes (defined once here, so no suite copies them). Torch-free: imported by every
+invocation, including ``--help``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn, Optional
+
+import typer
+from rich.console import Console
+
+# soft_wrap: never fold a name across lines (a piped `attnbench list | grep` must find it)
+console = Console(soft_wrap=not sys.stdout.isatty())
+
+DB_HELP = "results store (default: $ATTNBENCH_DB, else results/attnbench.db at the project root)"
+ATTN_HELP = ("comma-separated attention specs: a registered name, optionally with options as name:key=value"
+             ":key=value (e.g. nala:lam=2,mirrorla); `attnbench list` shows every name and option")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: <message>`` and exit with ``code`` (no traceback)."""
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(message)}")  # messages name TOML tables like [train]
+    raise typer.Exit(code=code)
+
+
+# The options every suite's run command has. typer reads these OptionInfo objects as metadata, so one object
+# may serve as the default of a parameter in several commands.
+DB = typer.Option(None, "--db", help=DB_HELP)
+FORCE = typer.Option(False, "--force", help="rerun cells already finished in the store (from scratch)")
+SEED = typer.Option(0, "--seed", help="seed of model init, data order and dropout")
+NPROC = typer.Option(1, "--nproc", help="processes on this machine: re-runs this command under torchrun "
+                     "(DDP, or FSDP where the suite asks; gloo on CPU, NCCL on CUDA)")
+SHARD = typer.Option(None, "--shard", help="K/N: run only the K-th of N deterministic parts of the cells "
+                     "(K = 1..N), e.g. one job of an array; merge the stores with `attnbench ingest`")
+LAUNCHER = typer.Option("local", "--launcher", help="local (this process) or slurm (submitit: one job per "
+                        "shard, each with its own store under --out; merge with `attnbench ingest`)")
+JOBS = typer.Option(1, "--jobs", help="with --launcher slurm: number of jobs (shards) to submit")
+PARTITION = typer.Option(None, "--partition", help="with --launcher slurm: the Slurm partition")
+GPUS = typer.Option(0, "--gpus-per-job", help="with --launcher slurm: GPUs per job")
+TIMEOUT_MIN = typer.Option(240, "--job-minutes", help="with --launcher slurm: time limit of each job")
+
+
+def argv_tail() -> list[str]:
+    """The arguments of this invocation after the program name (what a relaunch repeats)."""
+    return list(sys.argv[1:])
+
+
+def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], gpus_per_job: int,
+             job_minutes: int, work: str) -> Optional[int]:
+    """Where this command runs. ``--launcher slurm|submitit-local``: submit ``--jobs`` shards of this same
+    command line (each job its own store under ``WORK/jobs``) and return 0 (or the merge's outcome when the
+    jobs are waited for); ``--nproc N > 1`` outside torchrun: rerun it under torchrun and return its exit code;
+    else None: the caller runs the work in this process."""
+    from pathlib import Path
+
+    from .train.dist import relaunch_under_torchrun
+
+    if launcher != "local":
+        from .store import Store, ingest
+        from .sweep import launch_jobs
+
+        folder = Path(work) / "jobs"
+        dbs = launch_jobs(argv_tail(), jobs=jobs, folder=folder, launcher=launcher, partition=partition,
+                          gpus_per_job=gpus_per_job, minutes=job_minutes, console=console)
+        if launcher == "submitit-local":  # waited for: merge the shards' stores into this command's store
+            db = _option_value("--db")
+            with Store(db) as store:
+                for path in dbs:
+                    console.print(ingest(str(path), store))
+        return 0
+    return relaunch_under_torchrun(nproc, argv_tail(), console=console)
+
+
+def _option_value(name: str) -> Optional[str]:
+    argv = sys.argv[1:]
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None

@@ -1,0 +1,22 @@
+"""The errors attnbench raises for bad input. Torch-free, so the CLI can import them without loading torch."""
+
+from __future__ import annotations
+
+
+class AttnbenchError(ValueError):
+    """Base class of the errors attnbench raises for bad input (a ValueError, so callers can catch either)."""
+
+
+class UnknownNameError(AttnbenchError, KeyError):
+    """An attention, feature map, suite or preset name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class ShapeError(AttnbenchError):
+    """A tensor whose rank, size or dtype does not match the protocol."""
+
+
+class UnsupportedError(AttnbenchError):
+    """A request the mechanism cannot honour (e.g. causal for a bidirectional-only mechanism)."""

@@ -1,0 +1,338 @@
+"""The one cell loop of every suite: plan cells, skip what the store has finished, run the rest, record each.
+
+A suite turns its run into :class:`Cell` s (one per point of its grid: an LRA (task, attention) pair, a vision
+or LM run, a scaling point) and a ``run_cell(cell, ctx) -> CellResult`` function; :func:`run_sweep` does the
+rest, the same way for every suite:
+
+- cells whose ``config_hash`` already has a finished record in the store are skipped (``force`` reruns them);
+- ``--shard K/N`` keeps a deterministic 1/N of the cells (by config hash, so it does not depend on the order or
+  on the other cells of the grid): N jobs with K = 1..N cover the grid exactly once;
+- one rich progress display for the whole sweep (the trainer adds its per-cell line to it, ``ctx.progress``);
+- exceptions become statuses: :class:`CellError` carries its own (``incorrect``, ``unsupported``, ...), an
+  out-of-memory error is ``oom``, ``TimeoutError`` is ``timeout``, any other exception ``failed`` (with a short
+  traceback in the record); Ctrl-C and SIGTERM record the cell in flight as ``interrupted`` and stop the sweep
+  (a rerun resumes it: finished cells are skipped and the trainer resumes from its checkpoint);
+- runs of this host whose process died (SIGKILL, power loss) are marked ``interrupted`` when a sweep starts;
+- one record per cell, a summary line, and :meth:`SweepSummary.exit_code`: 0 when every cell finished ok (or
+  was finished before), 1 when any cell failed / was incorrect or when nothing was run at all, 130 when
+  interrupted.
+
+Under torchrun every rank runs the loop (the cells train data-parallel); only rank 0 reads and writes the store.
+
+Launchers: :func:`launch_jobs` submits N shards of the same command line as N jobs through ``submitit`` (Slurm,
+or its local executor), each with its own store, and says how to merge them (``attnbench ingest``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from . import provenance
+from .errors import AttnbenchError
+from .interrupts import sigterm_as_interrupt
+
+# Cell outcomes that make the command fail (oom / timeout are measurements of a point that is too large).
+FAILING = ("failed", "incorrect")
+
+
+class CellError(AttnbenchError):
+    """A cell ends with ``status`` (e.g. ``incorrect``, ``unsupported``, ``failed``) and this message."""
+
+    def __init__(self, message: str, status: str = "failed", metrics: Optional[dict] = None):
+        super().__init__(message)
+        self.status = status
+        self.metrics = metrics or {}
+
+
+@dataclasses.dataclass
+class Cell:
+    """One point of a suite's grid. ``params`` and ``options`` go into the record; ``payload`` is whatever the
+    suite's ``run_cell`` needs (a spec, a config); ``config_hash`` is the point's identity in the store."""
+
+    task: str
+    attention: str
+    config_hash: str
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dtype: Optional[str] = None
+    seed: Optional[int] = None
+    payload: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.task} · {self.attention}"
+
+
+@dataclasses.dataclass
+class CellResult:
+    status: str = "ok"
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    impl: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass
+class CellContext:
+    """What ``run_cell`` gets besides its cell: the shared progress display (None on ranks > 0 or without one),
+    the process group, and whether ``--force`` asked to start the cell from scratch."""
+
+    progress: Any
+    dist: Any
+    force: bool
+
+
+@dataclasses.dataclass
+class Outcome:
+    cell: Cell
+    result: CellResult
+    skipped: str = ""  # why the cell did not run ("" = it ran)
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    suite: str
+    setting: str
+    outcomes: list[Outcome]
+    interrupted: bool = False
+    run_id: Optional[str] = None
+
+    @property
+    def ran(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.skipped]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            key = "finished earlier" if o.skipped else o.result.status
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        if any(o.result.status in FAILING for o in self.ran):
+            return 1
+        if not self.outcomes:  # nothing planned at all (e.g. every task lacked data)
+            return 1
+        return 0
+
+    def line(self) -> str:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts().items())) or "no cells"
+        why = ""
+        if self.interrupted:
+            why = " — interrupted: rerun the same command to resume"
+        elif not self.outcomes:
+            why = " — nothing to run"
+        elif any(o.result.status in FAILING for o in self.ran):
+            bad = [o.cell.label for o in self.ran if o.result.status in FAILING]
+            why = f" — failed: {', '.join(bad)}"
+        return f"{self.suite} {self.setting}: {counts}{why}"
+
+
+# --- shards -------------------------------------------------------------------------------------------------
+def parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+    """``"K/N"`` -> ``(K, N)`` with 1 <= K <= N; None -> None."""
+    if text is None or text == "":
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise AttnbenchError(f"--shard {text!r}: expected K/N with integers, e.g. 1/4") from None
+    if not (n >= 1 and 1 <= k <= n):
+        raise AttnbenchError(f"--shard {text!r}: need 1 <= K <= N, e.g. 1/4 .. 4/4")
+    return k, n
+
+
+def in_shard(config_hash: str, shard: Optional[tuple[int, int]]) -> bool:
+    if shard is None:
+        return True
+    k, n = shard
+    return int(config_hash, 16) % n == k - 1
+
+
+def shard_cells(cells: Sequence[Cell], shard: Optional[tuple[int, int]]) -> list[Cell]:
+    """The cells of shard ``(K, N)``: decided by each cell's config hash alone."""
+    return [c for c in cells if in_shard(c.config_hash, shard)]
+
+
+# --- the loop -----------------------------------------------------------------------------------------------
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    msg = str(exc).lower()
+    return name == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and (
+        "out of memory" in msg or "can't allocate memory" in msg or "defaultcpuallocator" in msg))
+
+
+def _result_of(exc: BaseException) -> CellResult:
+    if isinstance(exc, CellError):
+        return CellResult(exc.status, metrics=exc.metrics, error=str(exc))
+    if _is_oom(exc):
+        return CellResult("oom", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if isinstance(exc, TimeoutError):
+        return CellResult("timeout", error=str(exc) or "timed out")
+    tb = traceback.format_exc(limit=6)
+    return CellResult("failed", error=f"{type(exc).__name__}: {exc}\n{tb}")
+
+
+def _progress(console, enabled: bool):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console,
+                    disable=not enabled, transient=False)
+
+
+def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], CellResult], *, suite: str,
+              setting: str, db: Optional[str] = None, config: Optional[dict] = None, device: str = "cpu",
+              threads: Optional[int] = None, force: bool = False, shard: Optional[tuple[int, int]] = None,
+              console=None, progress: bool = True, argv: Optional[list[str]] = None, dist=None,
+              describe: Optional[Callable[[Outcome], str]] = None,
+              skipped: Sequence[Outcome] = ()) -> SweepSummary:
+    """Run ``cells`` (see the module docstring). ``skipped`` are outcomes decided before the loop (e.g. a task
+    without data), reported with the rest; ``describe(outcome)`` is the suite's one-line report of a cell."""
+    from rich.console import Console
+
+    from .store import Store
+
+    console = console or Console()
+    main = dist is None or dist.main
+    bcast = (lambda x: x) if dist is None else dist.broadcast
+    cells = shard_cells(cells, shard)
+    store = Store(db) if main else None
+    outcomes: list[Outcome] = list(skipped)
+    try:
+        if main:
+            for note in store.reap_dead_runs():
+                console.print(f"[yellow]{note}[/]")
+        finished = bcast(store.finished(suite, [c.config_hash for c in cells]) if main and not force else set())
+        todo = [c for c in cells if c.config_hash not in finished]
+        outcomes += [Outcome(c, CellResult("ok"), skipped="finished earlier (--force reruns it)")
+                     for c in cells if c.config_hash in finished]
+        if finished and main:
+            console.print(f"{len(cells) - len(todo)} cell(s) already finished in {store.path} are skipped "
+                          f"(--force reruns them)")
+        run = None
+        if main:
+            cfg = {**(config or {}), "shard": list(shard) if shard else None}
+            run = store.start_run(suite=suite, setting=setting, config=cfg, device=device, threads=threads,
+                                  argv=argv)
+        interrupted = False
+        bars = _progress(console, progress and main)
+        with bars, sigterm_as_interrupt():
+            overall = bars.add_task(f"{suite} cells", total=len(todo), info="")
+            ctx = CellContext(progress=bars if main and progress else None, dist=dist, force=force)
+            for cell in todo:
+                started = provenance.now()
+                try:
+                    result = run_cell(cell, ctx)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    result = CellResult("interrupted", error="interrupted (Ctrl-C or SIGTERM); rerun the same "
+                                                             "command to resume from the last checkpoint")
+                except Exception as exc:  # noqa: BLE001 - every failure of one cell is recorded, the sweep goes on
+                    result = _result_of(exc)
+                if main:
+                    store.add(run.record(task=cell.task, attention=cell.attention, status=result.status,
+                                         options=cell.options, impl=result.impl, dtype=cell.dtype,
+                                         params=cell.params, metrics=result.metrics, seed=cell.seed,
+                                         error=result.error, started_at=started, ended_at=provenance.now(),
+                                         device=device, config_hash=cell.config_hash))
+                    out = Outcome(cell, result)
+                    bars.console.print(describe(out) if describe else default_line(out))
+                    bars.advance(overall)
+                outcomes.append(Outcome(cell, result))
+                if interrupted:
+                    break
+        if main:
+            store.finish_run(run.run_id, "interrupted" if interrupted else "ok")
+        summary = SweepSummary(suite, setting, outcomes, interrupted=interrupted,
+                               run_id=run.run_id if run else None)
+        if main:
+            color = "yellow" if interrupted else ("red" if summary.exit_code() else "green")
+            console.print(f"[{color}]{summary.line()}[/]")
+        return summary
+    finally:
+        if store is not None:
+            store.close()
+
+
+def default_line(o: Outcome) -> str:
+    from rich.markup import escape
+
+    r = o.result
+    head = f"  {escape(o.cell.label)}"
+    if r.status == "ok":
+        return f"{head} [green]ok[/]"
+    color = "yellow" if r.status in ("interrupted", "oom", "timeout") else "red"
+    return f"{head} [{color}]{r.status}[/]  {escape((r.error or '').splitlines()[0] if r.error else '')}"
+
+
+# --- launchers ----------------------------------------------------------------------------------------------
+LAUNCHER_OPTIONS = {"--launcher": True, "--jobs": True, "--partition": True, "--gpus-per-job": True,
+                    "--job-minutes": True, "--shard": True, "--db": True}
+LAUNCHERS = ("local", "slurm", "submitit-local")
+
+
+def shard_db(folder: Path, k: int, n: int) -> Path:
+    return Path(folder) / f"shard-{k}-of-{n}.db"
+
+
+def launch_jobs(argv: Sequence[str], *, jobs: int, folder: str | os.PathLike, launcher: str = "slurm",
+                partition: Optional[str] = None, gpus_per_job: int = 0, minutes: int = 240,
+                wait: Optional[bool] = None, console=None) -> list[Path]:
+    """Submit ``jobs`` shards of the command line ``argv`` (``attnbench`` arguments) through submitit: job K runs
+    ``attnbench ARGV --shard K/N --db FOLDER/shard-K-of-N.db``. ``launcher="slurm"`` submits to Slurm (and
+    returns); ``"submitit-local"`` runs the jobs as local processes with submitit's local executor and waits
+    (``wait``). Returns the shard stores; merge them with ``attnbench ingest`` (done here when waiting)."""
+    if launcher not in ("slurm", "submitit-local"):
+        raise AttnbenchError(f"--launcher must be one of {LAUNCHERS}, got {launcher!r}")
+    if jobs < 1:
+        raise AttnbenchError(f"--jobs must be >= 1, got {jobs}")
+    try:
+        import submitit
+    except ImportError:
+        raise AttnbenchError("--launcher slurm needs submitit: pip install submitit") from None
+    from .train.dist import strip_options
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = strip_options(argv, LAUNCHER_OPTIONS)
+    if launcher == "slurm":
+        ex = submitit.AutoExecutor(folder=str(folder / "submitit"), cluster="slurm")
+        params: dict[str, Any] = {"timeout_min": minutes, "slurm_partition": partition} if partition else \
+            {"timeout_min": minutes}
+        if gpus_per_job:
+            params["gpus_per_node"] = gpus_per_job
+        ex.update_parameters(**params)
+    else:
+        ex = submitit.LocalExecutor(folder=str(folder / "submitit"))
+        ex.update_parameters(timeout_min=minutes)
+    dbs = [shard_db(folder, k, jobs) for k in range(1, jobs + 1)]
+    cmds = [[sys.executable, "-m", "attnbench.cli", *base, "--shard", f"{k}/{jobs}", "--db", str(db)]
+            for k, db in zip(range(1, jobs + 1), dbs)]
+    submitted = [ex.submit(submitit.helpers.CommandFunction(cmd, verbose=False)) for cmd in cmds]
+    if console is not None:
+        for job, cmd in zip(submitted, cmds):
+            console.print(f"submitted job {job.job_id}: {' '.join(cmd[3:])}")
+    wait = (launcher == "submitit-local") if wait is None else wait
+    if not wait:
+        if console is not None:
+            console.print(f"when the jobs are done, merge their stores: attnbench ingest {folder}/shard-*-of-{jobs}.db")
+        return dbs
+    failures = []
+    for job in submitted:
+        try:
+            job.result()
+        except Exception as exc:  # noqa: BLE001 - a job's failure is reported, the others are still merged
+            failures.append(f"job {job.job_id}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}")
+    if failures:
+        raise AttnbenchError("; ".join(failures) + f" (logs under {folder / 'submitit'})")
+    return dbs

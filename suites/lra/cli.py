@@ -1,0 +1,104 @@
+"""``attnbench run lra`` and ``attnbench data listops|pathfinder``: typer commands over :mod:`.train` and
+:mod:`.generate`. Torch-free at import (every CLI invocation imports this to list the commands)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import console, fail
+from attnbench.errors import AttnbenchError
+
+
+def run_command(
+    attn: str = typer.Option(..., "--attn", help=clikit.ATTN_HELP),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="comma-separated of listops, text, retrieval, image, "
+                                        "pathfinder (default: the preset's; tasks without data are skipped)"),
+    preset: Optional[str] = typer.Option(None, "--preset", help="tiny, skyformer or a .toml path (default: tiny "
+                                         "without --data-dir, skyformer with it)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory holding the real data (LRA release, "
+                                           "aclImdb/, cifar-10-batches-py/)"),
+    seed: int = clikit.SEED,
+    force: bool = clikit.FORCE,
+    db: Optional[str] = clikit.DB,
+    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints, generated data, job "
+                                      "stores (default: results/runs/lra)"),
+    nproc: int = clikit.NPROC,
+    shard: Optional[str] = clikit.SHARD,
+    launcher: str = clikit.LAUNCHER,
+    jobs: int = clikit.JOBS,
+    partition: Optional[str] = clikit.PARTITION,
+    gpus_per_job: int = clikit.GPUS,
+    job_minutes: int = clikit.TIMEOUT_MIN,
+) -> None:
+    """Train and evaluate attentions on the Long Range Arena; resumable; prints the leaderboard."""
+    import sys
+
+    from attnbench.spec import parse_specs
+    from attnbench.store import project_root
+    from attnbench.sweep import parse_shard
+
+    try:
+        specs = parse_specs(attn)
+        shard_kn = parse_shard(shard)
+        work = out or str(project_root() / "results" / "runs" / "lra")
+        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
+        if rc is None:
+            from attnbench.train import under_torchrun
+
+            from .train import run_lra
+
+            summary = run_lra(attentions=specs, tasks=[t.strip() for t in tasks.split(",") if t.strip()]
+                              if tasks else None, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db,
+                              out=out, shard=shard_kn, console=console, argv=sys.argv)
+            if under_torchrun():  # a worker: the launching process prints the leaderboard
+                raise typer.Exit(code=summary.exit_code())
+            setting, rc = summary.setting, summary.exit_code()
+        else:
+            from .config import load_preset
+
+            setting = load_preset(preset or ("skyformer" if data_dir else "tiny")).key
+    except AttnbenchError as e:
+        fail(str(e))
+    from .leaderboard import print_leaderboard
+
+    console.print()
+    print_leaderboard(setting=setting, db=db, console=console)
+    if rc:
+        raise typer.Exit(code=rc)
+
+
+def data_listops(out: str = typer.Option(..., "--out", help="directory; writes listops-1000/basic_*.tsv"),
+                 n_train: int = typer.Option(96000, "--n-train"), n_val: int = typer.Option(2000, "--n-val"),
+                 n_test: int = typer.Option(2000, "--n-test"), seed: int = typer.Option(0, "--seed"),
+                 max_depth: int = typer.Option(10, "--max-depth"), max_args: int = typer.Option(10, "--max-args"),
+                 min_length: int = typer.Option(500, "--min-length"),
+                 max_length: int = typer.Option(2000, "--max-length")) -> None:
+    """Generate ListOps with the LRA algorithm (defaults: the release's sizes and length bounds)."""
+    from .generate import generate_listops
+
+    try:
+        paths = generate_listops(out, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, max_depth=max_depth,
+                                 max_args=max_args, min_length=min_length, max_length=max_length)
+    except (ValueError, RuntimeError, OSError) as e:
+        fail(str(e))
+    for split, path in paths.items():
+        console.print(f"{split}: {path}")
+
+
+def data_pathfinder(out: str = typer.Option(..., "--out", help="directory; writes pathfinder<size>/curv_*/"),
+                    n: int = typer.Option(2000, "--n", help="number of images (labels balanced)"),
+                    seed: int = typer.Option(0, "--seed"),
+                    contour_length: int = typer.Option(14, "--contour-length", help="6 (baseline), 9 or 14"),
+                    size: int = typer.Option(32, "--size", help="image side: 32, 64 or 128")) -> None:
+    """Generate Pathfinder images (two markers, paddle contours, distractors) in the release's layout."""
+    from .generate import generate_pathfinder
+
+    try:
+        path = generate_pathfinder(out, n=n, seed=seed, contour_length=contour_length, size=size)
+    except (ValueError, RuntimeError, OSError) as e:
+        fail(str(e))
+    console.print(f"wrote {n} images under {path}")
