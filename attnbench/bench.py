@@ -10,11 +10,15 @@ The pieces, usable on their own:
   (between ``min_reps`` and ``max_reps``); median, 20/80 and 25/75 percentiles, IQR.
 - :func:`count_flops` — ``torch.utils.flop_counter.FlopCounterMode`` (matmul-class ops; elementwise work is not
   counted). The CPU SDPA kernels, which torch does not count, are registered here with torch's own SDPA formula.
-- :class:`PeakRSS` — peak resident memory of *this process* on the CPU: ``VmHWM`` from ``/proc/self/status``,
-  reset to the current RSS through ``/proc/self/clear_refs``; on CUDA, ``torch.cuda.max_memory_allocated``.
+- :class:`TensorMemory` — the primary memory figure: the peak bytes of tensor storages alive at once during a
+  call, counting the storages created inside it (above the inputs and parameters), op by op through a
+  ``TorchDispatchMode``. It does not depend on the allocator or the CPU: the same on any machine.
+- :class:`PeakRSS` — the secondary, process-level figure on the CPU: ``VmHWM`` from ``/proc/self/status``, reset
+  to the current RSS through ``/proc/self/clear_refs``. An RSS rise below one page is *below its resolution*
+  (the allocator served the call from memory it already held, as glibc does for small N after the gate's
+  warm-up): recorded as None with the reason, never as 0. On CUDA, ``torch.cuda.max_memory_allocated``.
 - :func:`measure_point` — everything above for one :class:`PointSpec`, meant to run in a fresh child process
-  (:func:`run_in_child`) so the memory it reports is the point's own: the child's peak RSS during the first
-  call, minus its RSS after imports, a warm-up at the gate's small shape and the allocation of the inputs.
+  (:func:`run_in_child`) so the memory it reports is the point's own.
 - :func:`run_in_child` — a forkserver child per point (torch preloaded in the server, so a child costs a fork,
   not an import), with a hard time limit (the child is killed: ``timeout``), an optional address-space budget
   (``RLIMIT_DATA``: an allocation past it fails like an out-of-memory), and out-of-memory detection (torch's
@@ -31,9 +35,11 @@ import signal
 import statistics
 import time
 import traceback
+import weakref
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import registry
 from .checks import forward_backward, max_error
@@ -47,6 +53,8 @@ MODES = ("fwd", "fwd+bwd")
 MEM_METHOD_CPU = "child-process peak RSS (VmHWM after clear_refs reset) minus RSS after inputs"
 MEM_METHOD_CPU_NORESET = "child-process peak RSS (VmHWM, no reset available) minus RSS after inputs"
 MEM_METHOD_CUDA = "torch.cuda.max_memory_allocated minus allocated after inputs"
+TENSOR_MEM_METHOD = ("peak bytes of tensor storages alive at once during the call, created by its ops (inputs and "
+                     "parameters not counted; scratch inside a single kernel not seen)")
 OOM_MARKERS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory",
                "std::bad_alloc", "failed to allocate")
 
@@ -200,13 +208,98 @@ def _proc_status_kb(*keys: str) -> dict[str, int]:
     return out
 
 
+class TensorMemory(TorchDispatchMode):
+    """Peak bytes of tensor storages alive at once inside the ``with`` block, counting only storages the block's
+    ops create (not its inputs, parameters, or anything that existed before), in bytes.
+
+    Every op that runs under the mode (forward, and the backward the autograd engine runs for it) is seen at the
+    aten level: an output whose storage is none of the op's inputs' storages is a new allocation of
+    ``storage.nbytes()``; it stops counting when the storage is freed (a weakref finalizer on the storage). Views
+    share their base's storage and are not counted twice. Scratch memory a single kernel allocates and frees
+    inside itself is not seen. Deterministic and allocator-independent: the same on any CPU.
+
+    After the block: ``peak`` (the figure), ``live`` (bytes still alive at exit: outputs, gradients),
+    ``allocated`` (total bytes created), ``count`` (storages created).
+    """
+
+    method = TENSOR_MEM_METHOD
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self.allocated = 0
+        self.count = 0
+        self._finalizers: dict[int, weakref.finalize] = {}
+
+    def _free(self, key: int, nbytes: int) -> None:
+        if self._finalizers.pop(key, None) is not None:
+            self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {_storage_key(t) for t in _tensors((args, kwargs))}
+        for t in _tensors(out):
+            key = _storage_key(t)
+            if key is None or key in inputs or key in self._finalizers:
+                continue
+            storage = t.untyped_storage()
+            nbytes = storage.nbytes()
+            self._finalizers[key] = weakref.finalize(storage, self._free, key, nbytes)
+            self.live += nbytes
+            self.allocated += nbytes
+            self.count += 1
+            self.peak = max(self.peak, self.live)
+        return out
+
+    def __exit__(self, *exc):
+        for f in list(self._finalizers.values()):  # what outlives the block is no longer this block's business
+            f.detach()
+        self._finalizers.clear()
+        return super().__exit__(*exc)
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_leaves
+
+    return [x for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # tensors without a storage (sparse, nested, functional)
+        return None
+
+
+def tensor_peak(fn: Callable[[], Any]) -> TensorMemory:
+    """Run ``fn()`` once under :class:`TensorMemory`; returns the meter (``.peak`` in bytes)."""
+    with TensorMemory() as meter:
+        fn()
+    return meter
+
+
+def _trim_allocator() -> None:
+    """Give the C allocator's cached free memory back to the OS where it can (glibc ``malloc_trim``), so an RSS
+    rise reflects the call rather than the cache's state; a no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class PeakRSS:
     """Peak resident set size of this process since :meth:`reset`, in bytes, on Linux.
 
     ``reset()`` writes ``5`` to ``/proc/self/clear_refs`` (resets ``VmHWM`` to the current RSS) and records the
     current RSS as the baseline; ``peak()`` is ``VmHWM - baseline``. Where the reset is not allowed, ``VmHWM`` is
     read as is (``resettable`` False): still right for a fresh child whose earlier peak was below the run's.
+    :meth:`measured` gives the figure with its resolution applied: below one page it is None, with the reason.
     """
+
+    resolution = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
     def __init__(self) -> None:
         self.baseline = 0
@@ -230,6 +323,14 @@ class PeakRSS:
     @property
     def method(self) -> str:
         return MEM_METHOD_CPU if self.resettable else MEM_METHOD_CPU_NORESET
+
+    def measured(self) -> tuple[int | None, str | None]:
+        """``(bytes, None)``, or ``(None, why)`` when the rise is below the resolution (one page)."""
+        peak = self.peak()
+        if peak < self.resolution:
+            return None, (f"below resolution: the RSS rose by {max(peak, 0)} B, less than one page "
+                          f"({self.resolution} B): the allocator served the call from memory it already held")
+        return peak, None
 
 
 # --- correctness gate ----------------------------------------------------------------------------------------
@@ -349,7 +450,8 @@ class PointSpec:
 
 
 def measure_point(spec: PointSpec) -> dict[str, Any]:
-    """Gate, then peak memory of the first call, FLOPs of one call, then timing. Returns a result dict
+    """Gate, then the first call (its time and process-level peak memory), then one call under the FLOP counter
+    and :class:`TensorMemory` (``peak_tensor_bytes``: the primary memory figure), then timing. Returns a result dict
     ``{"status", "impl", "metrics", "error"}``; raises on failures (``run_in_child`` classifies them)."""
     if spec.threads:
         torch.set_num_threads(spec.threads)
@@ -382,7 +484,9 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
 
     step = make_step(module, q, k, v, g)
 
-    # 1. peak memory of the first call (the gate has already warmed up the libraries at a small shape)
+    # 1. the first call, timed, with the process-level memory figure (the gate has already warmed up the
+    #    libraries at a small shape)
+    mem: dict[str, Any] = {}
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -391,27 +495,37 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
         step()
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
-        peak, mem_method = torch.cuda.max_memory_allocated() - base, MEM_METHOD_CUDA
+        mem = {"peak_cuda_allocated_bytes": int(torch.cuda.max_memory_allocated() - base),
+               "mem_method": MEM_METHOD_CUDA}
     elif PeakRSS.available():
+        _trim_allocator()
         rss = PeakRSS()
         rss.reset()
         t0 = time.perf_counter()
         step()
         first = time.perf_counter() - t0
-        peak, mem_method = rss.peak(), rss.method
-    else:  # no /proc (not Linux): time and FLOPs only
+        peak, note = rss.measured()
+        mem = {"peak_rss_bytes": peak, "mem_method": rss.method, "rss_resolution_bytes": rss.resolution}
+        if note:
+            mem["rss_note"] = note
+    else:  # no /proc (not Linux)
         t0 = time.perf_counter()
         step()
         first = time.perf_counter() - t0
-        peak, mem_method = None, "not measured (no /proc/self/status on this system)"
-    # 2. FLOPs of one call (also a warm-up)
-    flops = count_flops(step)
+        mem = {"peak_rss_bytes": None, "rss_note": "not measured (no /proc/self/status on this system)"}
+    # 2. FLOPs and the tensor-level memory figure of one call (also a warm-up)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, TensorMemory() as meter:
+        step()
+    flops = int(counter.get_total_flops())
     # 3. timing
     stats = time_fn(step, warmup_ms=spec.warmup_ms, rep_ms=spec.rep_ms, min_reps=spec.min_reps,
                     max_reps=spec.max_reps, estimate_s=first, sync=sync)
     out_bytes = spec.batch * spec.heads * spec.seq_len * spec.head_dim * q.element_size()
-    metrics = {**stats.as_metrics(), "first_call_s": first, "peak_mem_bytes": None if peak is None else int(peak),
-               "mem_method": mem_method,
+    metrics = {**stats.as_metrics(), "first_call_s": first,
+               "peak_tensor_bytes": int(meter.peak), "tensor_mem_method": meter.method,
+               "tensor_bytes_at_end": int(meter.live), "tensor_bytes_allocated": int(meter.allocated), **mem,
                "input_bytes": input_bytes, "output_bytes": out_bytes, "flops": flops,
                "gflops": (flops / stats.median / 1e9) if flops and stats.median > 0 else None,
                "threads": torch.get_num_threads(), **check.as_metrics()}

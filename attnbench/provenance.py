@@ -75,6 +75,85 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# ISA extensions that decide CPU kernel speed (reported when /proc/cpuinfo lists them)
+ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "avx2", "fma",
+             "asimd", "sve")
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_flags() -> tuple[str, ...]:
+    """The ISA extensions of :data:`ISA_FLAGS` that ``/proc/cpuinfo`` lists for the first CPU (empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key = line.split(":", 1)[0].strip().lower()
+            if key in ("flags", "features"):
+                have = set(line.split(":", 1)[1].split())
+                return tuple(f for f in ISA_FLAGS if f in have)
+    except OSError:
+        pass
+    return ()
+
+
+def matmul_gflops(*, n: int = 1024, seconds: float = 0.3, dtype: str = "float32") -> float:
+    """Achieved GFLOP/s of an ``n``×``n`` matmul in ``dtype`` on the CPU with torch's current thread count: the
+    median of calls repeated for about ``seconds`` (after one warm-up call). A yardstick of the machine, measured
+    in the same process as the benchmark it labels."""
+    import time
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(getattr(torch, dtype))
+    b = torch.randn(n, n, generator=gen).to(getattr(torch, dtype))
+    out = torch.empty(n, n, dtype=a.dtype)
+    torch.mm(a, b, out=out)
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 3:
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return 2 * n**3 / times[len(times) // 2] / 1e9
+
+
+def machine(*, measure: bool = True, threads: int | None = None) -> dict[str, Any]:
+    """The machine a benchmark runs on: CPU model, cores, torch's ISA level
+    (``torch.backends.cpu.get_cpu_capability()``) and the ISA flags of ``/proc/cpuinfo``, torch threads, and
+    (``measure``) a measured fp32 matmul GFLOP/s (:func:`matmul_gflops`, ~0.3 s) with ``threads`` torch threads
+    (default: torch's current setting). Printed by every benchmark, recorded with scaling runs."""
+    import torch
+
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        info: dict[str, Any] = {
+            "cpu": cpu_name(),
+            "cores": os.cpu_count(),
+            "isa": torch.backends.cpu.get_cpu_capability(),
+            "cpu_flags": list(cpu_flags()),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
+        if measure:
+            info["matmul_fp32_gflops"] = round(matmul_gflops(), 1)
+    finally:
+        torch.set_num_threads(old)
+    return info
+
+
+def machine_line(info: dict[str, Any] | None = None) -> str:
+    """One line for the top of a benchmark's output (``info``: :func:`machine`'s, measured now if None)."""
+    info = machine() if info is None else info
+    flags = ",".join(info.get("cpu_flags") or []) or "no flags listed"
+    line = (f"machine: {info.get('cpu')} · {info.get('cores')} cores · ISA {info.get('isa')} ({flags}) · "
+            f"torch {info.get('torch')}, {info.get('torch_threads')} thread(s)")
+    if info.get("matmul_fp32_gflops") is not None:
+        line += f" · fp32 matmul 1024² {info['matmul_fp32_gflops']:.0f} GFLOP/s (measured now)"
+    return line
+
+
 def device_name(device: str) -> str:
     """A human name for ``device``: the CPU model, or the CUDA device's name."""
     if device.startswith("cuda"):

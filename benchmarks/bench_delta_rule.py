@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.bench import round_robin
+from attnbench.provenance import machine, machine_line
 from attnbench.ops.delta import delta_rule_chunked
 
 TOL = 1e-4
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         naive_chunk_gated_delta_rule = None
 
     torch.set_num_threads(args.threads)
+    print(machine_line(machine()))
     B, H, N, D = args.batch, args.heads, args.n, args.head_dim
     for c in (args.chunk_size, args.fla_chunk_size):
         if N % c:

@@ -185,6 +185,14 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="compile check: fewer configs")
     p.add_argument("--only", default="", help="compile check: configs whose label has all these words")
     a = p.parse_args(argv)
+    if not a.compile_check:   # the compile check measures no speed (and needs no torch threads)
+        import torch
+
+        from attnbench.provenance import machine, machine_line
+
+        if a.threads:
+            torch.set_num_threads(a.threads)
+        print(machine_line(machine()))
     if a.compile_check:
         return compile_check(a.arch, a.quick, a.only)
     return bench_nala(a.n, a.repeats, a.threads)

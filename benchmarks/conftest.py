@@ -36,3 +36,25 @@ def bench_option(config, opt: str) -> str:
 def pytest_configure(config):
     # resolved once; the test module reads config.attnbench_bench (no import of this conftest needed)
     config.attnbench_bench = {opt.lstrip("-")[5:]: bench_option(config, opt) for opt in OPTIONS}
+
+
+def _machine(config) -> dict:
+    """:func:`attnbench.provenance.machine` with the benchmarks' thread count, measured once per session."""
+    if not hasattr(config, "attnbench_machine"):
+        from attnbench.provenance import machine
+
+        threads = int(config.attnbench_bench["threads"])
+        config.attnbench_machine = machine(threads=threads or None)
+    return config.attnbench_machine
+
+
+def pytest_report_header(config):
+    """The machine the benchmarks run on, at the top of the session (CPU, ISA, threads, fp32 matmul GFLOP/s)."""
+    from attnbench.provenance import machine_line
+
+    return machine_line(_machine(config))
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The same, in the saved JSON (``attnbench ingest`` records it with the run)."""
+    machine_info["attnbench"] = _machine(config)

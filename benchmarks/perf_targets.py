@@ -23,6 +23,7 @@ import torch
 
 import attnbench
 from attnbench.checks import check_one
+from attnbench.provenance import machine_line
 from attnbench.ops import linear_attention_chunked, linear_attention_recurrent
 
 B, H, D = 1, 4, 64
@@ -99,6 +100,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     torch.set_num_threads(2)
+    print(machine_line())  # the machine: CPU, ISA, threads, measured fp32 matmul GFLOP/s
     n = 4096 if args.quick else 16384
     figures: dict = {"N": n}
     with torch.no_grad():
