@@ -92,6 +92,26 @@ class Outcome:
     result: CellResult
     skipped: str = ""  # why the cell did not run ("" = it ran)
 
+    @property
+    def status(self) -> str:
+        return "skipped" if self.skipped else self.result.status
+
+    @property
+    def task(self) -> str:
+        return self.cell.task
+
+    @property
+    def attention(self) -> str:
+        return self.cell.attention
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.result.metrics
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.result.error
+
 
 @dataclasses.dataclass
 class SweepSummary:
@@ -100,6 +120,7 @@ class SweepSummary:
     outcomes: list[Outcome]
     interrupted: bool = False
     run_id: Optional[str] = None
+    planned: int = 0  # cells of the whole grid (before --shard), plus those decided before the loop
 
     @property
     def ran(self) -> list[Outcome]:
@@ -117,7 +138,7 @@ class SweepSummary:
             return 130
         if any(o.result.status in FAILING for o in self.ran):
             return 1
-        if not self.outcomes:  # nothing planned at all (e.g. every task lacked data)
+        if not self.planned:  # nothing planned at all (e.g. every task lacked data); an empty shard is fine
             return 1
         return 0
 
@@ -126,8 +147,10 @@ class SweepSummary:
         why = ""
         if self.interrupted:
             why = " — interrupted: rerun the same command to resume"
-        elif not self.outcomes:
+        elif not self.planned:
             why = " — nothing to run"
+        elif not self.outcomes:
+            why = " — no cell of the grid falls in this shard"
         elif any(o.result.status in FAILING for o in self.ran):
             bad = [o.cell.label for o in self.ran if o.result.status in FAILING]
             why = f" — failed: {', '.join(bad)}"
@@ -205,6 +228,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
     console = console or Console()
     main = dist is None or dist.main
     bcast = (lambda x: x) if dist is None else dist.broadcast
+    planned = len(cells) + len(skipped)
     cells = shard_cells(cells, shard)
     store = Store(db) if main else None
     outcomes: list[Outcome] = list(skipped)
@@ -254,7 +278,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
         if main:
             store.finish_run(run.run_id, "interrupted" if interrupted else "ok")
         summary = SweepSummary(suite, setting, outcomes, interrupted=interrupted,
-                               run_id=run.run_id if run else None)
+                               run_id=run.run_id if run else None, planned=planned)
         if main:
             color = "yellow" if interrupted else ("red" if summary.exit_code() else "green")
             console.print(f"[{color}]{summary.line()}[/]")
@@ -328,11 +352,11 @@ def launch_jobs(argv: Sequence[str], *, jobs: int, folder: str | os.PathLike, la
             console.print(f"when the jobs are done, merge their stores: attnbench ingest {folder}/shard-*-of-{jobs}.db")
         return dbs
     failures = []
-    for job in submitted:
+    for k, job in enumerate(submitted, 1):
         try:
             job.result()
-        except Exception as exc:  # noqa: BLE001 - a job's failure is reported, the others are still merged
-            failures.append(f"job {job.job_id}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}")
+        except Exception:  # noqa: BLE001 - every job's failure is reported
+            failures.append(f"job {job.job_id} (shard {k}/{jobs}) failed, see {job.paths.stdout}")
     if failures:
-        raise AttnbenchError("; ".join(failures) + f" (logs under {folder / 'submitit'})")
+        raise AttnbenchError("; ".join(failures))
     return dbs

@@ -22,6 +22,7 @@ import attnbench
 from typer.testing import CliRunner
 
 from attnbench.store import Store
+from attnbench.train import TrainHooks, step_seed
 from attnbench.suites.lra import config as C
 from attnbench.suites.lra import train as T
 from attnbench.suites.lra.model import LRAClassifier, LRADualClassifier, build_model, masked_mean
@@ -182,8 +183,8 @@ def test_masked_mean_ignores_padding_and_pixel_tasks_have_no_mask():
 def test_model_is_pre_ln_with_final_norm():
     m = build_model("softmax", vocab_size=10, num_classes=2, seq_len=8, pair=False, pad_id=0, dim=16, ffn_dim=32,
                     heads=2, head_dim=8, layers=2, dropout=0.0)
-    blk = m.encoder.blocks[0]
-    assert hasattr(blk, "norm1") and hasattr(blk, "norm2") and hasattr(m.encoder, "norm")
+    blk = m.encoder.stack.blocks[0]
+    assert hasattr(blk, "norm1") and hasattr(blk, "norm2") and hasattr(m.encoder.stack, "norm")
     assert blk.mha.w_q.out_features == 2 * 8 and blk.mha.out.in_features == 16
 
 
@@ -308,17 +309,17 @@ def test_resume_after_a_kill_continues_from_the_checkpoint_and_matches(tmp_path)
     ref = _run(tmp_path, "ref", preset).outcomes[0]
     assert ref.status == "ok" and ref.metrics["resumed_from"] is None
 
-    def kill_at_7(task, attn, step, loss):
+    def kill_at_7(step, loss):
         if step == 7:
             raise Killed
 
     with pytest.raises(Killed):
-        _run(tmp_path, "k", preset, hooks=T.Hooks(after_step=kill_at_7))
+        _run(tmp_path, "k", preset, hooks=lambda task, attn: TrainHooks(after_step=kill_at_7))
     ckpts = list((tmp_path / "k" / "checkpoints").rglob("*.pt"))
     assert len(ckpts) == 1 and torch.load(ckpts[0], weights_only=False)["state"]["step"] == 6
     assert records(tmp_path / "k.db") == []  # nothing finished
     steps = []
-    resumed = _run(tmp_path, "k", preset, hooks=T.Hooks(after_step=lambda t, a, s, l: steps.append(s))).outcomes[0]
+    resumed = _run(tmp_path, "k", preset, hooks=lambda t, a: TrainHooks(after_step=lambda s, l: steps.append(s))).outcomes[0]
     assert steps == [7, 8] and resumed.metrics["resumed_from"] == 6
     for key in ("test_acc", "test_loss", "best_val_acc", "best_step", "final_train_loss"):
         assert resumed.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-6, abs=1e-9), key
@@ -335,11 +336,14 @@ def test_resume_after_a_kill_continues_from_the_checkpoint_and_matches(tmp_path)
 def test_ctrl_c_records_interrupted_stops_the_sweep_and_resumes(tmp_path):
     preset = write_preset(tmp_path / "p.toml", steps=6, eval_every=3)
 
-    def ctrl_c(task, attn, step, loss):
-        if attn == "softmax" and step == 4:
-            raise KeyboardInterrupt
+    def ctrl_c(task, attn):
+        def hook(step, loss):
+            if attn == "softmax" and step == 4:
+                raise KeyboardInterrupt
 
-    s = _run(tmp_path, "i", preset, attentions=["softmax", "nala"], hooks=T.Hooks(after_step=ctrl_c))
+        return TrainHooks(after_step=hook)
+
+    s = _run(tmp_path, "i", preset, attentions=["softmax", "nala"], hooks=ctrl_c)
     assert s.interrupted and [o.status for o in s.outcomes] == ["interrupted"]  # nala never started
     assert [r.status for r in records(tmp_path / "i.db")] == ["interrupted"]
     s2 = _run(tmp_path, "i", preset, attentions=["softmax", "nala"])
@@ -350,10 +354,11 @@ def test_ctrl_c_records_interrupted_stops_the_sweep_and_resumes(tmp_path):
 def test_nan_loss_fails_the_cell_and_the_sweep_goes_on(tmp_path):
     preset = write_preset(tmp_path / "p.toml", steps=4, eval_every=2)
 
-    def poison(task, attn, step, loss):
-        return loss * float("nan") if attn == "softmax" and step == 2 else loss
+    def poison(task, attn):
+        return TrainHooks(transform_loss=lambda step, loss: loss * float("nan") if attn == "softmax" and step == 2
+                          else loss)
 
-    s = _run(tmp_path, "n", preset, attentions=["softmax", "nala"], hooks=T.Hooks(transform_loss=poison))
+    s = _run(tmp_path, "n", preset, attentions=["softmax", "nala"], hooks=poison)
     by = {o.attention: o for o in s.outcomes}
     assert by["softmax"].status == "failed" and "loss is nan at step 2" in by["softmax"].error
     assert by["nala"].status == "ok"
@@ -390,4 +395,4 @@ def test_train_order_and_sharding_are_deterministic():
     b = [T.TrainOrder(n=20, batch=8, seed=3).indices(s).tolist() for s in range(5)]
     assert a == b and len(set(a[0] + a[1])) == 16  # no repeats within an epoch (2 batches of 8 of 20)
     assert a[2] != a[0]  # a new permutation for epoch 1
-    assert T.step_seed(0, 5, 0) != T.step_seed(0, 5, 1) and T.step_seed(0, 5, 0) == T.step_seed(0, 5, 0)
+    assert step_seed(0, 5, 0) != step_seed(0, 5, 1) and step_seed(0, 5, 0) == step_seed(0, 5, 0)

@@ -70,7 +70,8 @@ class AttentionBlock(nn.Module):
         if options.dwc_kernel:
             k = options.dwc_kernel
             conv = nn.Conv2d if grid is not None else nn.Conv1d
-            self.dwc = conv(inner, inner, k, padding=k // 2, groups=inner)
+            with torch.random.fork_rng(devices=[]):  # the rest of the model initialises as without it
+                self.dwc = conv(inner, inner, k, padding=k // 2, groups=inner)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape

@@ -61,7 +61,7 @@ def run_command(
             from .config import load_preset
 
             setting = load_preset(preset or ("skyformer" if data_dir else "tiny")).key
-    except AttnbenchError as e:
+    except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store: one line, no traceback
         fail(str(e))
     from .leaderboard import print_leaderboard
 

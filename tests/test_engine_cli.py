@@ -1,0 +1,227 @@
+"""Attention specs, the shared model blocks, suites as plug-ins, and the generic CLI pieces (--attn, --shard,
+--launcher) through a real suite (LRA on a toy preset)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench import registry
+from attnbench.errors import AttnbenchError, UnknownNameError
+from attnbench.models import BlockOptions, TransformerStack
+from attnbench.spec import AttentionSpec, parse_spec, parse_specs
+from attnbench.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- specs ----------------------------------------------------------------------------------------------------
+def test_spec_parses_options_with_types_and_round_trips():
+    s = parse_spec("nala:lam=2:sign_split=true")
+    assert s.name == "nala" and s.options == {"lam": 2.0, "sign_split": True}
+    assert isinstance(s.options["lam"], float)  # int accepted where the default is a float
+    assert parse_spec(s.label) == s
+    assert [x.label for x in parse_specs("softmax, nala:lam=3")] == ["softmax", "nala:lam=3.0"]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("nalla", "did you mean 'nala'"),
+    ("nala:lamb=2", "no option 'lamb'; did you mean 'lam'"),
+    ("nala:lam=big", "lam='big' must be a float"),
+    ("nala:lam", "is not key=value"),
+    ("nala:lam=1:lam=2", "given twice"),
+    (",", "names no attention"),
+    ("", "names no attention"),
+    ("nala,nala", "more than once"),
+])
+def test_bad_specs_fail_with_a_message_naming_what_is_wrong(text, match):
+    with pytest.raises(AttnbenchError, match=match):
+        parse_specs(text)
+
+
+def test_spec_values_the_mechanism_refuses_fail_at_the_trial_build():
+    spec = parse_spec("laplacian:landmarks=0")
+    with pytest.raises(AttnbenchError, match="--attn laplacian:landmarks=0"):
+        spec.check_builds(heads=2, head_dim=8, seq_len=16)
+
+
+def test_preset_options_are_defaults_the_command_line_overrides():
+    s = parse_spec("performer:features=16").with_defaults({"features": 128})
+    assert s.options == {"features": 16}
+    assert parse_spec("performer").with_defaults({"features": 128}).options == {"features": 128}
+
+
+# --- models ---------------------------------------------------------------------------------------------------
+def test_a_mixed_model_is_a_list_of_specs_and_the_block_options_are_recorded():
+    specs = [parse_spec("softmax"), parse_spec("nala")]
+    m = TransformerStack(specs, layers=2, dim=16, ffn_dim=32, heads=2, head_dim=8)
+    assert [b.mha.attn.name for b in m.blocks] == ["softmax", "nala"]
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    m(x).sum().backward()
+    assert x.grad is not None and m.resolve_impl("cpu") == "sdpa,torch"
+    with pytest.raises(ValueError, match="3 attention specs for 2 layers"):
+        TransformerStack(specs + specs[:1], layers=2, dim=16, ffn_dim=32, heads=2, head_dim=8)
+    opts = BlockOptions(dwc_kernel=3)
+    assert opts.active() == {"dwc_kernel": 3} and BlockOptions().active() == {}
+    grid = TransformerStack(specs[1], layers=1, dim=16, ffn_dim=32, heads=2, head_dim=8, options=opts, grid=(2, 3))
+    assert grid(torch.randn(2, 6, 16)).shape == (2, 6, 16)
+    with pytest.raises(ValueError, match="odd"):
+        BlockOptions(dwc_kernel=2)
+
+
+def test_the_depthwise_conv_on_v_changes_the_output_only_when_on():
+    torch.manual_seed(0)
+    plain = TransformerStack(parse_spec("linear"), layers=1, dim=16, ffn_dim=32, heads=2, head_dim=8)
+    torch.manual_seed(0)
+    dwc = TransformerStack(parse_spec("linear"), layers=1, dim=16, ffn_dim=32, heads=2, head_dim=8,
+                           options=BlockOptions(dwc_kernel=3))
+    x = torch.randn(1, 7, 16)
+    with torch.no_grad():
+        dwc.blocks[0].mha.dwc.weight.zero_()
+        dwc.blocks[0].mha.dwc.bias.zero_()
+        torch.testing.assert_close(plain(x), dwc(x))  # same init (created after the rest), zero conv = no change
+        dwc.blocks[0].mha.dwc.bias.fill_(1.0)
+        assert not torch.allclose(plain(x), dwc(x))
+
+
+# --- suites as plug-ins ----------------------------------------------------------------------------------------
+def test_the_core_never_imports_or_names_a_suite():
+    suites = registry.suite_names()
+    assert {"lra", "scaling"} <= set(suites)
+    for path in sorted((ROOT / "attnbench").rglob("*.py")):
+        code = ast.parse(path.read_text())
+        for node in ast.walk(code):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = node.module
+            elif isinstance(node, ast.Import):
+                mod = ",".join(a.name for a in node.names)
+            else:
+                continue
+            for s in suites:
+                assert f"suites.{s}" not in mod and not mod.startswith(f"{s}"), f"{path} imports suite {s}"
+        # no string literal that is a suite name used as a key (docstrings may mention suites)
+        for node in ast.walk(code):
+            if isinstance(node, ast.Constant) and node.value in suites:
+                raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} names the suite {node.value!r}")
+
+
+def test_a_new_suite_is_one_registration(tmp_path, monkeypatch):
+    import typer
+
+    from attnbench import report
+
+    calls = []
+
+    def run(x: int = typer.Option(1, "--x")) -> None:
+        calls.append(x)
+
+    suite = registry.register_suite(registry.Suite(name="toy-suite", help="a toy suite", run=run))
+    try:
+        assert registry.get_suite("toy-suite") is suite and report.view_of("toy-suite") is report.GENERIC
+        with pytest.raises(UnknownNameError, match="did you mean 'toy-suite'"):
+            registry.get_suite("toy-suit")
+        import importlib
+
+        import attnbench.cli as cli_mod
+
+        cli_mod = importlib.reload(cli_mod)  # the CLI adds the commands of every registered suite
+        res = CliRunner().invoke(cli_mod.app, ["run", "toy-suite", "--x", "3"])
+        assert res.exit_code == 0, res.output and calls == [3]
+    finally:
+        registry._SUITES.pop("toy-suite")
+
+
+def test_help_and_list_do_not_import_torch():
+    code = ("import sys; from typer.testing import CliRunner; import attnbench.cli as c; "
+            "r = CliRunner().invoke(c.app, ['run', '--help']); assert r.exit_code == 0, r.output; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+
+
+# --- the generic CLI pieces through LRA -------------------------------------------------------------------------
+PRESET = """
+name = "toy"
+description = "test preset"
+tasks_default = ["listops"]
+[model]
+dim = 16
+ffn_dim = 32
+heads = 2
+head_dim = 8
+layers = 1
+dropout = 0.0
+[tasks.listops]
+data = "generate"
+seq_len = 32
+batch_size = 8
+lr = 1e-3
+warmup = 2
+steps = 4
+eval_every = 2
+[tasks.listops.generate]
+n_train = 64
+n_val = 16
+n_test = 16
+max_depth = 4
+max_args = 4
+min_length = 8
+max_length = 32
+"""
+
+
+@pytest.fixture
+def preset(tmp_path):
+    p = tmp_path / "toy.toml"
+    p.write_text(PRESET)
+    return p
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_bad_attn_fails_before_any_data_is_generated(tmp_path, preset):
+    for bad, msg in ((",", "names no attention"), ("nala:lamb=1", "no option 'lamb'"),
+                     ("nalla", "did you mean 'nala'")):
+        p = _cli("run", "lra", "--attn", bad, "--preset", str(preset), "--db", str(tmp_path / "x.db"), "--out",
+                 str(tmp_path / "w"), cwd=tmp_path)
+        assert p.returncode == 2 and msg in p.stdout, p.stdout + p.stderr
+        assert "Traceback" not in p.stdout + p.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "x.db").exists()
+
+
+def test_spec_options_reach_the_record(tmp_path, preset):
+    p = _cli("run", "lra", "--attn", "performer:features=16", "--preset", str(preset), "--db", str(tmp_path / "o.db"),
+             "--out", str(tmp_path / "w"), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with Store(tmp_path / "o.db") as s:
+        (m,) = s.measurements(suite="lra")
+    assert m.attention == "performer:features=16" and m.options == {"features": 16} and m.status == "ok"
+
+
+def test_submitit_local_runs_two_shards_into_stores_that_ingest_merges(tmp_path, preset):
+    pytest.importorskip("submitit")
+    p = _cli("run", "lra", "--attn", "softmax,linear", "--preset", str(preset), "--db", str(tmp_path / "all.db"),
+             "--out", str(tmp_path / "w"), "--launcher", "submitit-local", "--jobs", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    shards = sorted((tmp_path / "w" / "jobs").glob("shard-*-of-2.db"))
+    assert len(shards) == 2
+    per_shard = []
+    for db in shards:
+        with Store(db) as s:
+            per_shard.append(sorted(m.attention for m in s.measurements(suite="lra")))
+    assert sorted(a for part in per_shard for a in part) == ["linear", "softmax"]  # each cell exactly once
+    with Store(tmp_path / "all.db") as s:
+        merged = s.measurements(suite="lra")
+    assert sorted(m.attention for m in merged) == ["linear", "softmax"] and {m.status for m in merged} == {"ok"}
