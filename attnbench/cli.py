@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from . import registry
+from . import clikit
 from .clikit import DB_HELP, console, fail
 from .errors import AttnbenchError
 
@@ -30,23 +31,37 @@ def _add_suite_commands() -> None:
 
 
 @app.command("list")
-def list_cmd() -> None:
+def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, tsv or json (auto: table on a terminal, "
+                                     "tsv when piped, so `attnbench list | grep NAME` finds whole lines)")) -> None:
     """Every registered attention: paper, forms, implementations, parameters."""
+    import json
+
+    rows = [registry.describe(name) for name in registry.names()]
+    fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=1, default=repr))
+        return
+    cells = [[d["name"], d["paper"], "yes" if d["bidirectional"] else "no", "yes" if d["causal"] else "no",
+              ", ".join(d["impls"]), ", ".join(f"{k}={v!r}" for k, v in d["options"].items()) or "-"] for d in rows]
+    header = ["name", "paper", "bidirectional", "causal", "impls", "options (defaults)"]
+    if fmt == "tsv":
+        for line in [header, *cells]:
+            typer.echo("\t".join(line))
+        return
+    if fmt != "table":
+        fail(f"--format must be table, tsv or json, got {fmt!r}")
     table = Table(title="attnbench attentions")
-    for col in ("name", "paper", "bidirectional", "causal", "impls", "options (defaults)"):
-        table.add_column(col, overflow="fold")
-    for name in registry.names():
-        d = registry.describe(name)
-        opts = ", ".join(f"{k}={v!r}" for k, v in d["options"].items()) or "-"
-        table.add_row(name, d["paper"], "yes" if d["bidirectional"] else "no", "yes" if d["causal"] else "no",
-                      ", ".join(d["impls"]), opts)
+    for col in header:
+        table.add_column(col, overflow="fold", no_wrap=col == "name")
+    for row in cells:
+        table.add_row(*row)
     console.print(table)
 
 
 @app.command("check")
 def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-separated names (default: all)"),
               dtype: str = typer.Option("float64", help="float64 or float32"),
-              interpret: bool = typer.Option(False, "--interpret", help="run the Triton kernels on the CPU "
+              interpret: bool = clikit.flag(False, "--interpret", help="run the Triton kernels on the CPU "
                                              "under Triton's interpreter (slow; no GPU needed)")) -> None:
     """Every impl of every mechanism (and of the delta-rule op) against its reference at odd shapes, forward and
     backward."""
@@ -72,10 +87,10 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
 
 
 @app.command("table")
-def table_cmd(suite: str = typer.Argument(..., help="scaling, lra, ..."),
+def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", ".join(registry.suite_names())),
               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
               setting: Optional[str] = typer.Option(None, "--setting", help="only this setting"),
-              committed: bool = typer.Option(True, "--committed/--no-committed",
+              committed: bool = clikit.flag(True, "--committed/--no-committed",
                                              help="show the committed reference results (results/<suite>/)")) -> None:
     """Leaderboard of a suite from the store, beside the committed reference results."""
     from . import report
@@ -87,12 +102,12 @@ def table_cmd(suite: str = typer.Argument(..., help="scaling, lra, ..."),
 
 
 @app.command("plot")
-def plot_cmd(suite: str = typer.Argument(..., help="scaling"),
+def plot_cmd(suite: str = typer.Argument(..., help="a registered suite with plots"),
              out: Optional[str] = typer.Option(None, "--out", help="directory (default: results/plots)"),
              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
              source: str = typer.Option("auto", "--source", help="store, committed, all, or auto (the store if "
                                         "it has results, else the committed ones)")) -> None:
-    """Log-log PNGs of time and memory against N, one line per attention."""
+    """The suite's plots (PNGs), e.g. log-log time and memory against N, one line per attention."""
     from . import report
 
     try:
@@ -128,10 +143,11 @@ def export_cmd(fmt: str = typer.Option(..., "--format", help="csv, jsonl or mark
 
 
 @app.command("ingest")
-def ingest_cmd(file: str = typer.Argument(..., help="a pytest-benchmark JSON (--benchmark-json or .benchmarks/), "
-                                           "or a .jsonl export of another store"),
+def ingest_cmd(file: str = typer.Argument(..., help="a .jsonl export of another store, another store file (.db, "
+                                           "e.g. of a --shard job: merged run by run), or a format a suite reads "
+                                           "(e.g. a pytest-benchmark JSON)"),
                db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)) -> None:
-    """Bring a pytest-benchmark JSON (or another store's jsonl export) into the store."""
+    """Bring results into the store: another store (.db) or its .jsonl export, or a suite's format; idempotent."""
     from .store import Store, ingest
 
     try:

@@ -27,10 +27,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code=code)
 
 
+def flag(default: bool, *names: str, help: str):
+    """A boolean option shown without a ``<bool>`` type label (typer prints one for plain flags)."""
+    return typer.Option(default, *names, metavar="", help=help)
+
+
 # The options every suite's run command has. typer reads these OptionInfo objects as metadata, so one object
 # may serve as the default of a parameter in several commands.
 DB = typer.Option(None, "--db", help=DB_HELP)
-FORCE = typer.Option(False, "--force", help="rerun cells already finished in the store (from scratch)")
+FORCE = flag(False, "--force", help="rerun cells already finished in the store (from scratch)")
 SEED = typer.Option(0, "--seed", help="seed of model init, data order and dropout")
 NPROC = typer.Option(1, "--nproc", help="processes on this machine: re-runs this command under torchrun "
                      "(DDP, or FSDP where the suite asks; gloo on CPU, NCCL on CUDA)")

@@ -15,6 +15,16 @@ def test_list_shows_every_mechanism():
         assert name in result.output
 
 
+def test_piped_list_keeps_every_name_on_one_line_at_80_columns():
+    result = runner.invoke(app, ["list"], env={"COLUMNS": "80"})  # CliRunner's stdout is not a terminal
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name in attnbench.names():
+        assert any(line.split("\t")[0] == name for line in lines), name
+    assert runner.invoke(app, ["list", "--format", "json"]).output.lstrip().startswith("[")
+    assert runner.invoke(app, ["list", "--format", "xml"]).exit_code == 2
+
+
 def test_check_passes_for_a_subset():
     result = runner.invoke(app, ["check", "--attn", "nala,mirrorla,stella"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
@@ -61,3 +71,10 @@ def test_data_generators_write_files_the_readers_parse(tmp_path):
     assert r.exit_code == 0, r.output
     ds = load_pathfinder(tmp_path, "train", difficulty="easy")
     assert len(ds.labels) > 0
+
+
+def test_help_shows_plain_flags_without_a_type_label():
+    for cmd in (["run", "lra", "--help"], ["check", "--help"], ["table", "--help"]):
+        out = runner.invoke(app, cmd, env={"COLUMNS": "200"}).output
+        flagged = [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
+        assert flagged == [], flagged

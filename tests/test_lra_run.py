@@ -396,3 +396,10 @@ def test_train_order_and_sharding_are_deterministic():
     assert a == b and len(set(a[0] + a[1])) == 16  # no repeats within an epoch (2 batches of 8 of 20)
     assert a[2] != a[0]  # a new permutation for epoch 1
     assert step_seed(0, 5, 0) != step_seed(0, 5, 1) and step_seed(0, 5, 0) == step_seed(0, 5, 0)
+
+
+def test_reported_tables_cite_the_paper_not_a_file_outside_the_repository():
+    from attnbench.suites.lra.reported import REPORTED
+
+    for table in REPORTED:
+        assert "papers/notes" not in table.source and "arXiv 2506.21137" in table.source

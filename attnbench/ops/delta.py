@@ -7,7 +7,7 @@ Layout is attnbench's ``[B, H, N, D]``: ``q, k: [B, H, N, Dk]``, ``v: [B, H, N, 
 
 The recurrence (DeltaNet: Yang et al., "Parallelizing Linear Transformers with the Delta Rule over Sequence
 Length", NeurIPS 2024; Gated DeltaNet: Yang et al., "Gated Delta Networks: Improving Mamba2 with Delta Rule",
-ICLR 2025; the form NaLaFormer plugs its feature maps into, papers/notes/nalaformer.md §1.10), written in the
+ICLR 2025; the form NaLaFormer plugs its feature maps into, NaLaFormer, arXiv 2506.21137, Table 5), written in the
 papers' ``[Dv, Dk]`` orientation,
 
     S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,        o_t = scale * S_t q_t,

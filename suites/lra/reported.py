@@ -3,9 +3,9 @@
 These are *reported* numbers from papers, never measurements: they are not in the results store and never
 share a table (or a column) with measured rows. Each :class:`ReportedTable` names its paper, table and setting.
 
-NaLaFormer Table 14 ("Full LRA", A = accuracy %, T = training throughput, M = peak memory MB), transcribed in
-``papers/notes/nalaformer.md`` §3 from the double-blind review version of "Norm×Direction: Restoring the Missing
-Query Norm in Vision Linear Attention" (NaLaFormer; arXiv 2506.21137). The paper gives no LRA configuration; its
+NaLaFormer Table 14 ("Full LRA", A = accuracy %, T = training throughput, M = peak memory MB), transcribed from
+the double-blind review version of "Norm×Direction: Restoring the Missing Query Norm in Vision Linear Attention"
+(NaLaFormer; Meng et al., arXiv 2506.21137, Appendix, Table 14). The paper gives no LRA configuration; its
 Softmax and Skyformer rows equal Skyformer's own published numbers (Chen et al., NeurIPS 2021), and its column set
 (Text 4k, ListOps 2k, Retrieval 4k, Pathfinder 1k, Image 1k) is Skyformer's, so the setting is the Skyformer
 PyTorch setting (the ``skyformer`` preset). Throughput units ("TGS") and the GPU are not stated in the paper.
@@ -47,8 +47,8 @@ def _row(method, attention, acc, t, m, avg):
 NALAFORMER_TABLE14 = ReportedTable(
     label="reported (NaLaFormer Table 14, Skyformer setting)",
     setting="lra/skyformer",
-    source="NaLaFormer (arXiv 2506.21137, review version), Table 14 'Full LRA'; transcribed in "
-           "papers/notes/nalaformer.md",
+    source="Meng et al., 'Norm×Direction: Restoring the Missing Query Norm in Vision Linear Attention' "
+           "(NaLaFormer), arXiv 2506.21137, review version, Table 14 'Full LRA'",
     rows=(
         _row("Softmax", "softmax", (39.14, 70.39, 38.71, 61.55, 80.93), (736.36, 691.67, 402.06, 252.06, 116.30),
              (9645, 4831, 4473, 17122, 8947), 58.14),
