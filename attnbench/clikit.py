@@ -38,11 +38,13 @@ DB = typer.Option(None, "--db", help=DB_HELP)
 FORCE = flag(False, "--force", help="rerun cells already finished in the store (from scratch)")
 SEED = typer.Option(0, "--seed", help="seed of model init, data order and dropout")
 NPROC = typer.Option(1, "--nproc", help="processes on this machine: re-runs this command under torchrun "
-                     "(DDP, or FSDP where the suite asks; gloo on CPU, NCCL on CUDA)")
+                     "(DDP, or FSDP2 where the suite's train config says strategy = fsdp; gloo on CPU, NCCL on "
+                     "CUDA)")
 SHARD = typer.Option(None, "--shard", help="K/N: run only the K-th of N deterministic parts of the cells "
                      "(K = 1..N), e.g. one job of an array; merge the stores with `attnbench ingest`")
-LAUNCHER = typer.Option("local", "--launcher", help="local (this process) or slurm (submitit: one job per "
-                        "shard, each with its own store under --out; merge with `attnbench ingest`)")
+LAUNCHER = typer.Option("local", "--launcher", help="local (this process), slurm (submitit: --jobs jobs, one "
+                        "shard and one store each under --out/jobs; merge with `attnbench ingest`) or "
+                        "submitit-local (the same jobs as local processes; waits and merges into --db)")
 JOBS = typer.Option(1, "--jobs", help="with --launcher slurm: number of jobs (shards) to submit")
 PARTITION = typer.Option(None, "--partition", help="with --launcher slurm: the Slurm partition")
 GPUS = typer.Option(0, "--gpus-per-job", help="with --launcher slurm: GPUs per job")
