@@ -36,13 +36,48 @@ def _latest(records: Iterable[Measurement]) -> list[Measurement]:
     return list(best.values())
 
 
-def _fmt_mean(xs: list[float]) -> str:
-    if not xs:
-        return "-"
-    s = f"{statistics.fmean(xs):.2f}"
+def _majority(by: dict, lab: str, t: str) -> float | None:
+    vals = [r.metrics.get("majority_test_acc") for r in by.get((lab, t), []) if r.status == "ok"]
+    vals = [v for v in vals if isinstance(v, (int, float))]
+    return vals[-1] if vals else None
+
+
+def _fmt_cell(xs: list[float], n: int, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
+    """One accuracy cell with its uncertainty and marks (see the caption of :func:`measured_tables`)."""
+    from attnbench.stats import above_rate_p, two_proportion_p, wilson_interval
+
+    mean = statistics.fmean(xs)
     if len(xs) > 1:
-        s += f" ± {statistics.stdev(xs):.2f} (n={len(xs)})"
-    return s
+        cell = f"{mean:.2f} ± {statistics.stdev(xs):.2f} (n={len(xs)})"
+    elif n:
+        lo, hi = wilson_interval(mean / 100, n)
+        cell = f"{mean:.2f} ± {100 * (hi - lo) / 2:.1f}"
+    else:
+        cell = f"{mean:.2f}"
+    marks = ""
+    if is_best:
+        marks += "^"
+    elif n and n_best and best[0] is not None and two_proportion_p(mean / 100, n, best[0] / 100, n_best) >= 0.05:
+        marks += "≈"
+    if n and majority is not None and above_rate_p(mean / 100, n, majority) >= 0.05:
+        marks += "†"
+    return cell + (f" {marks}" if marks else "")
+
+
+def _budget(by: dict, tasks: list[str]) -> str:
+    """What each task's cells trained on: steps, global batch, training samples seen, test-set size."""
+    parts = []
+    for t in tasks:
+        ok = [r for (lab, task), rs in by.items() if task == t for r in rs if r.status == "ok"]
+        if not ok:
+            continue
+        m, p = ok[-1].metrics, ok[-1].params
+        steps, batch = p.get("steps"), p.get("batch_size")
+        part = f"{t}: {steps} steps × batch {batch}"
+        if isinstance(steps, int) and isinstance(batch, int) and isinstance(m.get("n_train"), int):
+            part += f" = {steps * batch:,} samples of {m['n_train']:,} training examples"
+        parts.append(part + f", test n = {m.get('n_test', '?')}")
+    return ("Budget — " + "; ".join(parts) + ".") if parts else ""
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
@@ -65,6 +100,13 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         def scores(lab: str, t: str) -> list[float]:
             return [r.metrics["score"] for r in by.get((lab, t), []) if r.status == "ok" and "score" in r.metrics]
 
+        def n_test(lab: str, t: str) -> int:
+            ns = [r.metrics.get("n_test") for r in by.get((lab, t), []) if r.status == "ok"]
+            return int(ns[-1]) if ns and isinstance(ns[-1], (int, float)) else 0
+
+        best = {t: max(((statistics.fmean(scores(lab, t)), lab) for lab in labels if scores(lab, t)),
+                       default=(None, None)) for t in tasks}
+
         rows, avgs = [], {}
         for lab in labels:
             row = [lab, ",".join(sorted({r.impl or "-" for t in tasks for r in by.get((lab, t), [])}))]
@@ -72,7 +114,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
             for t in tasks:
                 xs = scores(lab, t)
                 if xs:
-                    row.append(_fmt_mean(xs))
+                    row.append(_fmt_cell(xs, n_test(lab, t), best[t], n_test(best[t][1], t) if best[t][1] else 0,
+                                         _majority(by, lab, t), lab == best[t][1]))
                     means.append(statistics.fmean(xs))
                 else:
                     st = sorted({r.status for r in by.get((lab, t), [])})
@@ -103,8 +146,11 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
         dates = sorted({(r.ended_at or "")[:10] for r in recs} - {""})
         title = f"LRA accuracy — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
-        cap = (f"{source_label}. Test accuracy (%) at the best validation step; mean ± std over seeds "
-               f"{seeds} when more than one. avg = mean over the {len(tasks)} task(s) shown. The majority-class row "
+        cap = (f"{source_label}. Test accuracy (%) at the best validation step: one seed ± the half-width of its "
+               f"95% Wilson interval over the test set (n in the budget line); several seeds: mean ± std over seeds "
+               f"{seeds} (n). ^ best of its column; ≈ not significantly different from the best (two-proportion "
+               f"test, p ≥ 0.05); † not significantly above the majority class (p ≥ 0.05): at chance. avg = mean over "
+               f"the {len(tasks)} task(s) shown. {_budget(by, tasks)} The majority-class row "
                f"predicts the most frequent training class; the first-operator row (ListOps) predicts the most "
                f"frequent training answer of the outermost operator. Commit {', '.join(commits)}; "
                f"{dates[0] if len(dates) == 1 else '..'.join(dates[::max(1, len(dates) - 1)])}.")
