@@ -6,11 +6,10 @@ found at the project root (see :func:`attnbench.store.project_root`) and beside 
 committed ones are labelled as such, with their device and date; records of a run that is part of a committed
 file are shown once, as committed.
 
-Views. ``table <suite>`` renders the suite's registered view (:func:`register_view`); the scaling view gives, per
-(setting, task, dtype, device): time at each N (median ± IQR, ratio to softmax at the same N), GFLOP/s, peak
-memory at each N (ratio to softmax), and the empirical exponents — the least-squares slope of log cost against
-log N over the ``ok`` points (:func:`fit_exponent`). Suites without a view of their own get the generic one:
-per attention and task, the best ``metrics["score"]`` with its spread over seeds.
+Views. ``table <suite>`` renders the suite's view: the :class:`View` its :class:`attnbench.registry.Suite`
+carries (:func:`view_of`). This module names no suite: it holds the machinery (sources, latest record per point,
+:func:`fit_exponent`, formatting, markdown tables, exports) and the generic view that suites without their own
+get: per attention and task, the best ``metrics["score"]`` with its spread over seeds.
 """
 
 from __future__ import annotations
@@ -24,10 +23,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .errors import AttnbenchError
 from .store import FINISHED, Measurement, open_existing, project_root, read_jsonl, resolve_db, write_jsonl
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-BASELINE = "softmax"
+BASELINE = "softmax"   # the row every view compares against (a mechanism, not a suite)
 
 
 @dataclasses.dataclass
@@ -56,7 +56,7 @@ def reference_files(suite: str) -> list[Path]:
     return files
 
 
-def _describe_records(records: list[Measurement]) -> str:
+def describe_records(records: list[Measurement]) -> str:
     devices = sorted({r.device_name or r.device for r in records if r})
     dates = sorted({(r.ended_at or r.started_at or "")[:10] for r in records} - {""})
     date = dates[0] if len(dates) == 1 else (f"{dates[0]}..{dates[-1]}" if dates else "undated")
@@ -74,7 +74,7 @@ def load_sources(suite: str, *, db: str | None = None, include_committed: bool =
             if recs:
                 committed_runs |= {r.run_id for r in recs if r.run_id}
                 rel = _relative(f)
-                sources.append(Source(f"committed reference results ({rel}; {_describe_records(recs)})", recs,
+                sources.append(Source(f"committed reference results ({rel}; {describe_records(recs)})", recs,
                                       committed=True, path=f))
     if include_store:
         store = open_existing(db)
@@ -143,190 +143,14 @@ def fmt_n(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
-def _label(r: Measurement) -> str:
-    if not r.options:
-        return r.attention
-    return r.attention + "(" + ",".join(f"{k}={v}" for k, v in sorted(r.options.items())) + ")"
+def label_of(r: Measurement) -> str:
+    """``name`` or ``name:key=value:...`` (the ``--attn`` spelling of the spec): one table row per attention and
+    options."""
+    return ":".join([r.attention, *(f"{k}={v}" for k, v in sorted(r.options.items()))])
 
 
-# --- the scaling view ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class ScalingRow:
-    label: str
-    attention: str
-    impl: str | None
-    points: dict[int, Measurement]
-    time_exp: float | None = None
-    mem_exp: float | None = None
-
-    def ok(self, n: int) -> Measurement | None:
-        m = self.points.get(n)
-        return m if m is not None and m.status == "ok" else None
-
-
-@dataclasses.dataclass
-class ScalingBoard:
-    suite: str
-    setting: str
-    task: str
-    dtype: str | None
-    device: str
-    device_name: str | None
-    ns: list[int]
-    rows: list[ScalingRow]
-    commits: list[str]
-    dates: str
-
-    @property
-    def title(self) -> str:
-        dev = self.device + (f" ({self.device_name})" if self.device_name else "")
-        return f"{self.setting} · {self.task} · {self.dtype} · {dev}"
-
-    def baseline(self) -> ScalingRow | None:
-        return next((r for r in self.rows if r.label == BASELINE), None)
-
-    def ratio(self, row: ScalingRow, n: int, key: str) -> float | None:
-        base = self.baseline()
-        if base is None or row is base:
-            return None
-        a, b = row.ok(n), base.ok(n)
-        if a is None or b is None:
-            return None
-        x, y = a.metrics.get(key), b.metrics.get(key)
-        return x / y if x is not None and y else None
-
-    def exponent_range(self) -> str:
-        return f"{fmt_n(self.ns[0])}-{fmt_n(self.ns[-1])}" if self.ns else "-"
-
-
-def scaling_boards(records: Iterable[Measurement]) -> list[ScalingBoard]:
-    """Group the latest record of each point by (setting, task, dtype, device) into boards."""
-    groups: dict[tuple, list[Measurement]] = {}
-    for r in latest(records):
-        groups.setdefault((r.setting, r.task, r.dtype, r.device), []).append(r)
-    boards = []
-    # fwd before fwd+bwd, bidir before causal
-    for (setting, task, dtype, device), recs in sorted(
-            groups.items(), key=lambda kv: tuple(str(x).replace("+", "~") for x in kv[0])):
-        rows: dict[str, ScalingRow] = {}
-        for r in recs:
-            n = int(r.params.get("seq_len", 0))
-            row = rows.setdefault(_label(r), ScalingRow(label=_label(r), attention=r.attention, impl=None, points={}))
-            row.points[n] = r
-            if r.impl:
-                row.impl = r.impl
-        for row in rows.values():
-            ok = sorted((n, m) for n, m in row.points.items() if m.status == "ok")
-            row.time_exp = fit_exponent([n for n, _ in ok], [m.metrics.get("time_median_s") for _, m in ok])
-            row.mem_exp = fit_exponent([n for n, _ in ok], [m.metrics.get("peak_mem_bytes") for _, m in ok])
-        ns = sorted({n for row in rows.values() for n in row.points})
-        nmax = ns[-1] if ns else 0
-
-        def order(row: ScalingRow):
-            # softmax first, then by time at the largest N each row reached (ok rows before failed ones)
-            last = max((n for n in row.points if row.ok(n)), default=0)
-            t = row.ok(last).metrics.get("time_median_s") if last else math.inf
-            return (row.label != BASELINE, -last if last < nmax else -nmax, t or math.inf, row.label)
-
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
-        names = sorted({r.device_name for r in recs if r.device_name})
-        boards.append(ScalingBoard(suite=recs[0].suite, setting=setting, task=task, dtype=dtype, device=device,
-                                   device_name="; ".join(names) or None, ns=ns,
-                                   rows=sorted(rows.values(), key=order), commits=commits,
-                                   dates=_describe_records(recs).rsplit(", ", 1)[-1]))
-    return boards
-
-
-def _status_text(m: Measurement | None) -> str:
-    if m is None:
-        return "·"
-    return m.status
-
-
-def _time_cell(board: ScalingBoard, row: ScalingRow, n: int, sep: str) -> str:
-    m = row.points.get(n)
-    if m is None or m.status != "ok":
-        return _status_text(m)
-    med = m.metrics.get("time_median_s")
-    iqr = m.metrics.get("time_iqr_s") or 0.0
-    spread = f" ±{100 * iqr / med:.0f}%" if med else ""
-    ratio = board.ratio(row, n, "time_median_s")
-    return fmt_time(med) + spread + (f"{sep}{ratio:.2g}×" if ratio is not None else "")
-
-
-def _mem_cell(board: ScalingBoard, row: ScalingRow, n: int, sep: str) -> str:
-    m = row.points.get(n)
-    if m is None or m.status != "ok":
-        return _status_text(m)
-    b = m.metrics.get("peak_mem_bytes")
-    ratio = board.ratio(row, n, "peak_mem_bytes")
-    return fmt_bytes(b) + (f"{sep}{ratio:.2g}×" if ratio is not None else "")
-
-
-def _gflops(row: ScalingRow) -> str:
-    last = max((n for n in row.points if row.ok(n)), default=None)
-    if last is None:
-        return "-"
-    gf = row.ok(last).metrics.get("gflops")
-    return f"{gf:.3g} @{fmt_n(last)}" if gf else "-"
-
-
-def _exp(x: float | None) -> str:
-    return f"{x:.2f}" if x is not None else "-"
-
-
-def _mem_method(board: ScalingBoard) -> str:
-    methods = {m.metrics.get("mem_method") for r in board.rows for m in r.points.values() if m.status == "ok"}
-    methods.discard(None)
-    return "; ".join(sorted(methods)) or "-"
-
-
-def _board_tables(board: ScalingBoard, source: Source, sep: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    """(title, header, rows, caption) for the time and the memory table of a board."""
-    provenance_note = (f"{'committed reference results' if source.committed else source.label.split(' (')[0]} · "
-                       f"{board.dates} · commit {', '.join(board.commits)}")
-    ncols = [f"N={fmt_n(n)}" for n in board.ns]
-    time_rows = [[r.label, r.impl or "-", *[_time_cell(board, r, n, sep) for n in board.ns], _gflops(r),
-                  _exp(r.time_exp)] for r in board.rows]
-    mem_rows = [[r.label, *[_mem_cell(board, r, n, sep) for n in board.ns], _exp(r.mem_exp)] for r in board.rows]
-    has_mem = any(m.metrics.get("peak_mem_bytes") is not None for r in board.rows for m in r.points.values())
-    rng = board.exponent_range()
-    out = [(f"time — {board.title}", ["attention", "impl", *ncols, "GFLOP/s", f"exponent ({rng})"], time_rows,
-            f"{provenance_note}. Median ± IQR of repeated calls; × = time / softmax time at the same N (one run). "
-            f"Exponent: slope of log time vs log N over the ok points.")]
-    if has_mem:
-        out.append((f"peak memory — {board.title}", ["attention", *ncols, f"exponent ({rng})"], mem_rows,
-                    f"{provenance_note}. Peak memory above the inputs ({_mem_method(board)}); × = / softmax's."))
-    return out
-
-
-def scaling_rich(source: Source) -> list[Any]:
-    from rich.markup import escape
-    from rich.table import Table
-
-    tables = []
-    for board in scaling_boards(source.records):
-        for title, header, rows, caption in _board_tables(board, source, "\n"):
-            style = "cyan" if source.committed else "green"
-            t = Table(title=f"[bold]{escape(title)}[/]\n[{style}]{escape(source.label)}[/]", caption=escape(caption),
-                      caption_justify="left")
-            for h in header:
-                t.add_column(h, justify="left" if h in ("attention", "impl") else "right", overflow="fold")
-            for row in rows:
-                t.add_row(*[_style_status(escape(c)) for c in row])
-            tables.append(t)
-    return tables
-
-
-def _style_status(cell: str) -> str:
-    if cell in ("oom", "timeout", "failed", "incorrect", "interrupted"):
-        return f"[red]{cell}[/]"
-    if cell in ("unsupported", "skipped", "·"):
-        return f"[dim]{cell}[/]"
-    return cell
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table (``|`` escaped; columns after the names right-aligned)."""
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(esc(h) for h in header) + " |",
              "|" + "|".join("---" if i == 0 or h in ("attention", "impl") else "---:"
@@ -335,12 +159,9 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def scaling_markdown(source: Source) -> str:
-    parts = []
-    for board in scaling_boards(source.records):
-        for title, header, rows, caption in _board_tables(board, source, " · "):
-            parts.append(f"#### {title}\n\n{_md_table(header, rows)}\n\n{caption}\n")
-    return "\n".join(parts)
+def slug(s: str) -> str:
+    """``s`` as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
 # --- the generic view (suites without their own) -----------------------------------------------------------------
@@ -359,18 +180,18 @@ def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]
     out = []
     for (setting, dtype, device), recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         tasks = sorted({r.task for r in recs})
-        labels = sorted({_label(r) for r in recs})
+        labels = sorted({label_of(r) for r in recs})
         rows = []
         for lab in labels:
             row = [lab]
             for t in tasks:
-                ok = [s for r in recs if _label(r) == lab and r.task == t and r.status == "ok"
+                ok = [s for r in recs if label_of(r) == lab and r.task == t and r.status == "ok"
                       for s in [_score(r)] if s is not None]
                 if ok:
                     spread = f" ±{statistics.stdev(ok):.3g}" if len(ok) > 1 else ""
                     row.append(f"{max(ok):.4g}{spread} (n={len(ok)})")
                 else:
-                    st = sorted({r.status for r in recs if _label(r) == lab and r.task == t})
+                    st = sorted({r.status for r in recs if label_of(r) == lab and r.task == t})
                     row.append("/".join(st) or "·")
             rows.append(row)
         names = sorted({r.device_name for r in recs if r.device_name})
@@ -396,36 +217,44 @@ def generic_rich(source: Source) -> list[Any]:
 
 
 def generic_markdown(source: Source) -> str:
-    return "\n".join(f"#### {title}\n\n{_md_table(h, rows)}\n\n{cap}\n" for title, h, rows, cap in _generic_tables(source))
+    return "\n".join(f"#### {title}\n\n{md_table(h, rows)}\n\n{cap}\n"
+                     for title, h, rows, cap in _generic_tables(source))
 
 
 @dataclasses.dataclass
 class View:
+    """How ``attnbench table/plot/export --format markdown`` render a suite's records: a suite's
+    :class:`attnbench.registry.Suite` carries one (``view=``); suites without one get :data:`GENERIC`.
+
+    ``rich(source)``: the rich tables of one source; ``markdown(source)``: the same as markdown text;
+    ``plot(source, out_dir, prefix)``: the PNGs written (None: the suite has no plots); ``extra()``: tables shown
+    once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such)."""
+
     rich: Callable[[Source], list[Any]]
     markdown: Callable[[Source], str]
     plot: Callable[[Source, Path, str], list[Path]] | None = None
-    # tables shown once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such)
     extra: Callable[[], list[Any]] | None = None
 
 
-VIEWS: dict[str, View] = {}
 GENERIC = View(generic_rich, generic_markdown)
 
 
-def register_view(suite: str, view: View) -> None:
-    """How ``attnbench table/plot/export --format markdown <suite>`` render ``suite`` (e.g. the LRA suite)."""
-    VIEWS[suite] = view
+def _registered(suite: str):
+    from . import registry
+    from .errors import UnknownNameError
+
+    try:
+        return registry.get_suite(suite)
+    except UnknownNameError:
+        return None
 
 
 def view_of(suite: str) -> View:
-    if suite not in VIEWS:  # a suite package may register its view when imported (e.g. attnbench.suites.lra)
-        import importlib
-
-        try:
-            importlib.import_module(f"attnbench.suites.{suite}")
-        except ImportError:
-            pass
-    return VIEWS.get(suite, GENERIC)
+    """The view of the registered suite ``suite`` (``registry.get_suite(suite).view``); the generic view when it
+    has none, or for records of a suite that is not registered (e.g. ingested ``pytest-benchmark`` records)."""
+    registered = _registered(suite)
+    view = registered.view if registered is not None else None
+    return view or GENERIC
 
 
 def print_tables(suite: str, sources: list[Source], console=None) -> int:
@@ -450,6 +279,10 @@ def table(suite: str, *, db: str | None = None, setting: str | None = None, comm
     console = console or Console()
     sources = load_sources(suite, db=db, include_committed=committed, setting=setting)
     n = 0
+    if not sources and _registered(suite) is None:
+        from . import registry
+
+        registry.get_suite(suite)  # nothing of that name anywhere: the did-you-mean error of the registry
     if not sources:
         console.print(f"no {suite} results: nothing in {resolve_db(db)} and no committed results/{suite}/*.jsonl; "
                       f"run `attnbench run {suite}` first")
@@ -464,76 +297,16 @@ def table(suite: str, *, db: str | None = None, setting: str | None = None, comm
 
 
 # --- plots -------------------------------------------------------------------------------------------------------
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
-
-
-def plot_scaling(source: Source, out_dir: Path, prefix: str = "scaling") -> list[Path]:
-    """Log-log time and memory against N, one line per attention, per board; returns the PNG paths."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for board in scaling_boards(source.records):
-        for key, what, fmt in (("time_median_s", "time", "median time per call [s]"),
-                               ("peak_mem_bytes", "memory", "peak memory above inputs [bytes]")):
-            series = []
-            for row in board.rows:
-                pts = [(n, row.ok(n).metrics.get(key)) for n in board.ns if row.ok(n)]
-                pts = [(n, y) for n, y in pts if y is not None and y > 0]
-                fails = [(n, m.status) for n, m in sorted(row.points.items()) if m.status in ("oom", "timeout")]
-                if pts or fails:
-                    series.append((row, pts, fails))
-            if not any(pts for _, pts, _ in series):
-                continue
-            fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=110)
-            for row, pts, fails in series:
-                base = row.label == BASELINE
-                style = dict(color="black", linewidth=2.6, zorder=5) if base else dict(linewidth=1.5)
-                if pts:
-                    line, = ax.plot([n for n, _ in pts], [y for _, y in pts], marker="o", markersize=4,
-                                    label=f"{row.label} ({_exp(row.time_exp if what == 'time' else row.mem_exp)})",
-                                    **style)
-                    for n, st in fails:
-                        ax.annotate(st, xy=(pts[-1][0], pts[-1][1]), xytext=(4, 4), textcoords="offset points",
-                                    fontsize=8, color=line.get_color())
-            firsts = sorted(pts[0][1] for _, pts, _ in series if pts)
-            n0 = min(pts[0][0] for _, pts, _ in series if pts)
-            y0 = firsts[len(firsts) // 2]   # guides start at the median first point
-            for k, ls in ((1, ":"), (2, "--")):
-                ax.plot(board.ns, [y0 * (n / n0) ** k for n in board.ns], color="grey", linestyle=ls, linewidth=0.8,
-                        label=f"∝ N^{k}")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(board.ns, [fmt_n(n) for n in board.ns])
-            ax.set_xlabel("sequence length N")
-            ax.set_ylabel(fmt)
-            ax.set_title(f"{what}: {board.title}", fontsize=9)
-            ax.grid(True, which="both", alpha=0.25)
-            ax.legend(fontsize=7, title="attention (exponent)", title_fontsize=7, loc="upper left")
-            fig.text(0.01, 0.005, f"{source.label} · commit {', '.join(board.commits)}", fontsize=6, color="grey")
-            fig.tight_layout(rect=(0, 0.02, 1, 1))
-            path = out_dir / (f"{prefix}-{_slug(board.setting.split('/', 1)[-1])}-{_slug(board.task)}-"
-                              f"{board.dtype}-{_slug(board.device)}-{what}.png")
-            fig.savefig(path)
-            plt.close(fig)
-            written.append(path)
-    return written
-
-
-register_view("scaling", View(scaling_rich, scaling_markdown, plot_scaling))
-
-
 def plot(suite: str, *, out: str | Path | None = None, db: str | None = None, source: str = "auto") -> list[Path]:
     """``attnbench plot <suite>``: PNGs of the store's records (``source='store'``), of the committed ones
     (``'committed'``), or of the store if it has any, else the committed ones (``'auto'``)."""
     view = view_of(suite)
     if view.plot is None:
-        raise ValueError(f"suite {suite!r} has no plot")
+        if _registered(suite) is None:
+            from . import registry
+
+            registry.get_suite(suite)  # an unknown name: did-you-mean
+        raise AttnbenchError(f"suite {suite!r} has no plot")
     if source not in ("auto", "store", "committed", "all"):
         raise ValueError(f"source must be auto, store, committed or all, got {source!r}")
     sources = load_sources(suite, db=db, include_committed=source in ("auto", "committed", "all"),
@@ -567,7 +340,7 @@ def environment_markdown(records: list[Measurement]) -> str:
     lines.append(f"| device | {'; '.join(devices)} |")
     if threads:
         lines.append(f"| threads | {', '.join(threads)} |")
-    lines.append(f"| date | {_describe_records(records).rsplit(', ', 1)[-1]} |")
+    lines.append(f"| date | {describe_records(records).rsplit(', ', 1)[-1]} |")
     lines.append(f"| commit | {'; '.join(commits)} |")
     lines.append("| packages | " + ", ".join(f"{k} {'/'.join(sorted(v))}" for k, v in sorted(pk.items())) + " |")
     counts: dict[str, int] = {}

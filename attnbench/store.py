@@ -7,10 +7,12 @@ committed reference results are text exports under ``results/<suite>/`` (see :mo
 
 Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 
-    runs          one invocation of a suite (or one ingested pytest-benchmark file)
-      run_id TEXT PRIMARY KEY, suite, setting, source ('attnbench' | 'pytest-benchmark' | 'import'),
-      config JSON, config_hash, argv, git_commit, git_dirty, packages JSON, device, device_name, host JSON,
-      started_at, ended_at, status ('running' | 'ok' | 'interrupted' | 'failed')
+    runs          one invocation of a suite (or one ingested file)
+      run_id TEXT PRIMARY KEY, suite, setting, source ('attnbench' | 'import' | a suite ingester's, e.g.
+      'pytest-benchmark'), config JSON, config_hash, argv, git_commit, git_dirty, packages JSON, device,
+      device_name, host JSON, started_at, ended_at, status ('running' | 'ok' | 'interrupted' | 'failed'),
+      pid, hostname (the process that owns a running run, and its host: see :meth:`Store.reap_dead_runs`),
+      note (why a run ended as it did, when not by itself)
     measurements  one measured point; carries its full provenance (denormalised, so an export row stands alone)
       id INTEGER PRIMARY KEY, run_id -> runs, suite, task, setting, attention, options JSON, impl,
       config_hash, seed, git_commit, git_dirty, packages JSON, device, device_name, dtype,
@@ -22,6 +24,12 @@ Writes are transactions (``BEGIN IMMEDIATE`` ... ``COMMIT``) on a WAL-mode datab
 killed process never leaves half a record and concurrent writers (several processes) wait for each other
 instead of losing rows. ``config_hash`` identifies a point (suite, setting, task, attention, options, params,
 dtype, device); a re-run skips points whose hash already has a *finished* status (:data:`FINISHED`).
+
+Schema history: 1, the first; 2 adds ``runs.pid``, ``runs.hostname`` and ``runs.note`` (a version-1 file is
+migrated in place when opened, in one transaction; its old runs have no owner and are never reaped).
+
+A file that is not an SQLite database, or a damaged one, is a :class:`StoreError` naming the file (move it aside
+or use another ``--db``), never a traceback from inside sqlite3.
 """
 
 from __future__ import annotations
@@ -30,16 +38,18 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from . import provenance
+from .errors import AttnbenchError
 
 ENV_VAR = "ATTNBENCH_DB"
 DEFAULT_RELATIVE = Path("results") / "attnbench.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STATUSES = ("ok", "oom", "timeout", "incorrect", "failed", "interrupted", "unsupported", "skipped")
 # A point with one of these is done: a re-run skips it unless forced. 'failed' and 'interrupted' are retried.
@@ -63,7 +73,10 @@ CREATE TABLE IF NOT EXISTS runs (
     host        TEXT NOT NULL DEFAULT '{}',
     started_at  TEXT NOT NULL,
     ended_at    TEXT,
-    status      TEXT NOT NULL DEFAULT 'running'
+    status      TEXT NOT NULL DEFAULT 'running',
+    pid         INTEGER,
+    hostname    TEXT,
+    note        TEXT
 );
 CREATE TABLE IF NOT EXISTS measurements (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -96,6 +109,57 @@ CREATE INDEX IF NOT EXISTS measurements_run ON measurements (run_id);
 """
 
 _JSON_COLUMNS = ("options", "packages", "params", "metrics")
+# Columns added to ``runs`` after version 1 (migration: ALTER TABLE ... ADD COLUMN, in order).
+_RUN_COLUMNS_V2 = (("pid", "INTEGER"), ("hostname", "TEXT"), ("note", "TEXT"))
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class StoreError(AttnbenchError):
+    """A results store that cannot be used (not a database, damaged, too new, locked, not writable)."""
+
+
+def _store_error(path: Path, exc: BaseException, timeout: float) -> StoreError:
+    msg = " ".join(str(exc).split())
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return StoreError(f"{path}: the results store is locked by another process (waited {timeout:g} s: "
+                          f"{msg}); wait for it to finish or use another --db")
+    if "unable to open" in low or "readonly" in low or "read-only" in low or isinstance(exc, OSError):
+        return StoreError(f"{path}: cannot open the results store ({msg}); check that its directory exists and "
+                          f"is writable, or use another --db")
+    return StoreError(f"{path}: not a usable attnbench results store ({msg}); it is damaged or not an SQLite "
+                      f"database: move it aside (e.g. `mv {path} {path}.damaged`) or use another --db")
+
+
+def _proc_start(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc/<pid>/stat``), else None:
+    with the pid it identifies a process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start: int | None = None) -> bool:
+    """Whether process ``pid`` of this host exists (and, if ``start`` is given and ``/proc`` is readable, is
+    the same process that started then, not a later one that got the same pid)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        pass
+    except OSError:
+        return False
+    if start is not None:
+        now = _proc_start(pid)
+        if now is not None and now != start:
+            return False
+    return True
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -201,7 +265,7 @@ class Run:
                impl: str | None = None, dtype: str | None = None, params: dict | None = None,
                metrics: dict | None = None, seed: int | None = None, error: str | None = None,
                started_at: str | None = None, ended_at: str | None = None, setting: str | None = None,
-               device: str | None = None) -> Measurement:
+               device: str | None = None, config_hash: str = "") -> Measurement:
         """A :class:`Measurement` of this run, with the run's provenance filled in."""
         env = self.env
         return Measurement(
@@ -210,34 +274,75 @@ class Run:
             params=dict(params or {}), metrics=dict(metrics or {}), seed=seed,
             git_commit=env.get("git_commit"), git_dirty=env.get("git_dirty"), packages=dict(env.get("packages") or {}),
             device_name=env.get("device_name"), error=error, started_at=started_at or provenance.now(),
-            ended_at=ended_at or provenance.now(), source=self.source, run_id=self.run_id)
+            ended_at=ended_at or provenance.now(), source=self.source, run_id=self.run_id,
+            config_hash=config_hash)
 
 
 class Store:
     """The SQLite results store. ``Store()`` opens (and creates) the default database; use as a context manager
     or call :meth:`close`. Safe to use from several processes at once (each opens its own ``Store``)."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, timeout: float = 60.0):
+    def __init__(self, path: str | os.PathLike | None = None, *, timeout: float = 60.0, readonly: bool = False):
         self.path = resolve_db(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+        self.readonly = readonly
+        self._conn = None
+        try:
+            self._open(timeout)
+        except (sqlite3.Error, OSError) as e:
+            if self._conn is not None:
+                self._conn.close()
+            raise _store_error(self.path, e, timeout) from None
+        except BaseException:
+            if self._conn is not None:
+                self._conn.close()
+            raise
+
+    def _open(self, timeout: float) -> None:
+        if self.readonly:
+            if not self.path.is_file():
+                raise StoreError(f"{self.path}: no such results store")
+            self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
+                                         isolation_level=None)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        if self.readonly:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(version)
+            self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()
+            self._conn.execute("SELECT COUNT(*) FROM measurements").fetchone()
+            return
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
         self._conn.execute("PRAGMA foreign_keys = ON")
         with self.transaction() as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path} has schema version {version}, newer than this attnbench "
-                                   f"({SCHEMA_VERSION}); upgrade attnbench")
+            self._check_version(version)
             for stmt in filter(str.strip, _SCHEMA.split(";")):
                 c.execute(stmt)
-            c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            have = {row[1] for row in c.execute("PRAGMA table_info(runs)")}
+            for name, kind in _RUN_COLUMNS_V2:   # version 1 -> 2
+                if name not in have:
+                    c.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+            if version != SCHEMA_VERSION:
+                c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        # a damaged file can open and pass the above (its header and schema intact): check every page once
+        bad = [r[0] for r in self._conn.execute("PRAGMA quick_check(3)")]
+        if bad != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(bad))
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}, newer than this attnbench "
+                             f"({SCHEMA_VERSION}); upgrade attnbench or use another --db")
 
     # --- plumbing --------------------------------------------------------------------------------------
     def close(self) -> None:
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def __enter__(self) -> "Store":
         return self
@@ -264,37 +369,89 @@ class Store:
         env = env if env is not None else provenance.environment(device, threads)
         run = Run(run_id=run_id or uuid.uuid4().hex, suite=suite, setting=setting, source=source,
                   config=dict(config or {}), env=env, started_at=provenance.now())
+        pid = os.getpid()
+        host = {**(env.get("host") or {}), "pid_start": _proc_start(pid)}
         with self.transaction() as c:
             c.execute(
                 "INSERT INTO runs (run_id, suite, setting, source, config, config_hash, argv, git_commit, git_dirty,"
-                " packages, device, device_name, host, started_at, status) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " packages, device, device_name, host, started_at, status, pid, hostname)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run.run_id, suite, setting, source, provenance.canonical_json(run.config),
                  provenance.config_hash(run.config), json.dumps(argv) if argv is not None else None,
                  env.get("git_commit"), _bool(env.get("git_dirty")), json.dumps(env.get("packages") or {}),
-                 env.get("device"), env.get("device_name"), json.dumps(env.get("host") or {}), run.started_at,
-                 "running"))
+                 env.get("device"), env.get("device_name"), json.dumps(host), run.started_at,
+                 "running", pid, socket.gethostname()))
         return run
 
-    def finish_run(self, run_id: str, status: str) -> None:
+    def reap_dead_runs(self) -> list[str]:
+        """Mark ``interrupted`` the runs left ``running`` by a process of this host that no longer exists (killed
+        by SIGKILL or the OOM killer, a power loss: it never finished its run). Runs of other hosts, of live
+        processes and without an owner (older files) are left alone. Returns one note per run marked (also
+        stored in the run's ``note``). Called when a suite run starts."""
+        host = socket.gethostname()
+        rows = self._conn.execute("SELECT run_id, suite, setting, pid, host, started_at FROM runs WHERE status = "
+                                  "'running' AND hostname = ? AND pid IS NOT NULL", (host,)).fetchall()
+        notes = []
+        for row in rows:
+            start = (json.loads(row["host"]) if row["host"] else {}).get("pid_start")
+            if process_alive(row["pid"], start):
+                continue
+            note = (f"run {row['run_id'][:12]} ({row['suite']} {row['setting']}, started {row['started_at']}) was "
+                    f"left running by process {row['pid']} on {host}, which no longer exists (killed?): marked "
+                    f"interrupted; its finished points are kept, a rerun measures the rest")
+            with self.transaction() as c:
+                cur = c.execute("UPDATE runs SET status = 'interrupted', ended_at = ?, note = ? WHERE run_id = ? AND "
+                                "status = 'running'", (provenance.now(), note, row["run_id"]))
+            if cur.rowcount:
+                notes.append(note)
+        return notes
+
+    def finish_run(self, run_id: str, status: str, note: str | None = None) -> None:
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
         with self.transaction() as c:
-            c.execute("UPDATE runs SET status = ?, ended_at = ? WHERE run_id = ?", (status, provenance.now(), run_id))
+            c.execute("UPDATE runs SET status = ?, ended_at = ?, note = COALESCE(?, note) WHERE run_id = ?",
+                      (status, provenance.now(), note, run_id))
 
     def has_run(self, run_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """The run ``run_id`` as :meth:`runs` gives it, or None."""
+        return next((r for r in self._runs("SELECT * FROM runs WHERE run_id = ?", [run_id])), None)
 
     def runs(self, suite: str | None = None) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM runs", []
         if suite:
             q, args = q + " WHERE suite = ?", [suite]
+        return self._runs(q + " ORDER BY started_at", args)
+
+    def _runs(self, q: str, args: list) -> list[dict[str, Any]]:
         out = []
-        for row in self._conn.execute(q + " ORDER BY started_at", args):
+        for row in self._conn.execute(q, args):
             d = dict(row)
             for key in ("config", "packages", "host"):
                 d[key] = json.loads(d[key]) if d[key] else {}
             out.append(d)
         return out
+
+    def _insert_run_row(self, run: dict[str, Any]) -> None:
+        """Copy a run row from another store (as :meth:`runs` gives it) unchanged."""
+        row = dict(run)
+        for key in ("config", "packages", "host"):
+            row[key] = json.dumps(row.get(key) or {})
+        cols = [c for c in row if c in self._run_columns()]
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                      [row[k] for k in cols])
+
+    def _finish_run_row(self, run: dict[str, Any]) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status = ?, ended_at = ?, note = ? WHERE run_id = ?",
+                      (run["status"], run.get("ended_at"), run.get("note"), run["run_id"]))
+
+    def _run_columns(self) -> set[str]:
+        return {row[1] for row in self._conn.execute("PRAGMA table_info(runs)")}
 
     # --- measurements -----------------------------------------------------------------------------------
     def add(self, m: Measurement) -> int:
@@ -381,87 +538,18 @@ def write_jsonl(records: Iterable[Measurement], path: str | os.PathLike) -> int:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Measurement]:
+    """The records of a ``.jsonl`` export; a line that is not a record is a ValueError naming ``path:line``."""
     out = []
-    with Path(path).open() as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
+    with Path(path).open(encoding="utf-8", errors="strict") as f:
+        i = 0
+        try:
+            for i, line in enumerate(f, 1):
+                if line.strip():
                     out.append(Measurement.from_dict(json.loads(line)))
-                except (ValueError, TypeError) as e:
-                    raise ValueError(f"{path}:{i}: not a measurement record: {e}") from e
+        except (ValueError, TypeError) as e:  # (UnicodeDecodeError is a ValueError)
+            raise ValueError(f"{path}:{i + (1 if isinstance(e, UnicodeDecodeError) else 0)}: not a measurement "
+                             f"record: {e}") from e
     return out
-
-
-# --- pytest-benchmark -------------------------------------------------------------------------------------------
-PYTEST_BENCHMARK_SETTING = "pytest-benchmark"
-
-
-def ingest_pytest_benchmark(path: str | os.PathLike, store: Store) -> tuple[str, int]:
-    """Bring a pytest-benchmark JSON (``--benchmark-json`` or a saved ``.benchmarks/*/NNNN_*.json``) into
-    ``store``; returns ``(run_id, records added)``. Idempotent: a file already ingested adds nothing.
-
-    Benchmarks of ``benchmarks/test_attention_bench.py`` (``extra_info["attnbench"]`` set) become suite
-    ``scaling`` records in setting ``pytest-benchmark[b.,h.,d.]`` with their attention, impl, task, N, dtype and
-    FLOPs; any other benchmark becomes a suite ``pytest-benchmark`` record named after the test.
-    """
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or "benchmarks" not in data:
-        raise ValueError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' key)")
-    machine = data.get("machine_info") or {}
-    commit = data.get("commit_info") or {}
-    stamp = data.get("datetime") or provenance.now()
-    names = sorted(b.get("fullname", b.get("name", "")) for b in data["benchmarks"])
-    run_id = "pb-" + provenance.config_hash({"datetime": stamp, "node": machine.get("node"), "names": names})
-    already = store.has_run(run_id)
-    if already and store.measurements(run_id=run_id):
-        return run_id, 0
-    cpu = machine.get("cpu") or {}
-    packages = {"python": machine.get("python_version")} if machine.get("python_version") else {}
-    env = {"git_commit": commit.get("id"), "git_dirty": commit.get("dirty"), "packages": packages,
-           "device": "cpu", "device_name": cpu.get("brand_raw") or machine.get("processor"),
-           "host": {"node": machine.get("node"), "machine": machine.get("machine"), "cpus": cpu.get("count")}}
-    records = []
-    for b in data["benchmarks"]:
-        info = b.get("extra_info") or {}
-        st = b.get("stats") or {}
-        metrics = {"time_median_s": st.get("median"), "time_q25_s": st.get("q1"), "time_q75_s": st.get("q3"),
-                   "time_iqr_s": st.get("iqr"), "time_min_s": st.get("min"), "time_mean_s": st.get("mean"),
-                   "time_stddev_s": st.get("stddev"), "reps": st.get("rounds")}
-        ours = bool(info.get("attnbench"))
-        if ours:
-            pk = {**packages, **(info.get("packages") or {})}
-            if info.get("flops") and st.get("median"):
-                metrics["flops"] = info["flops"]
-                metrics["gflops"] = info["flops"] / st["median"] / 1e9
-            for key in ("check_err", "check_tol"):
-                if key in info:
-                    metrics[key] = info[key]
-            params = {k: info[k] for k in ("seq_len", "mode", "causal", "batch", "heads", "head_dim", "threads")
-                      if k in info}
-            setting = (f"{PYTEST_BENCHMARK_SETTING}[b{info.get('batch')},h{info.get('heads')},"
-                       f"d{info.get('head_dim')}]")
-            m = Measurement(suite="scaling", task=info.get("task") or b.get("group") or "fwd/bidir", setting=setting,
-                            attention=info.get("attention") or b.get("name"), status="ok",
-                            device=info.get("device", "cpu"), options=info.get("options") or {},
-                            impl=info.get("impl"), dtype=info.get("dtype"), params=params, metrics=metrics,
-                            seed=info.get("seed"), git_commit=env["git_commit"], git_dirty=env["git_dirty"],
-                            packages=pk, device_name=env["device_name"], started_at=stamp, ended_at=stamp,
-                            source="pytest-benchmark", run_id=run_id)
-        else:
-            m = Measurement(suite="pytest-benchmark", task=b.get("group") or "benchmark",
-                            setting=PYTEST_BENCHMARK_SETTING, attention=b.get("name") or "?", status="ok",
-                            device="cpu", params=dict(b.get("params") or {}), metrics=metrics,
-                            git_commit=env["git_commit"], git_dirty=env["git_dirty"], packages=packages,
-                            device_name=env["device_name"], started_at=stamp, ended_at=stamp,
-                            source="pytest-benchmark", run_id=run_id)
-        records.append(m)
-    if not already:  # (a run row without records: an ingest killed half-way; its records are added now)
-        store.start_run(suite="scaling" if any(r.suite == "scaling" for r in records) else "pytest-benchmark",
-                        setting=PYTEST_BENCHMARK_SETTING, config={"file": str(path)}, source="pytest-benchmark",
-                        env=env, run_id=run_id)
-    store.add_many(records)
-    store.finish_run(run_id, "ok")
-    return run_id, len(records)
 
 
 def import_records(records: Iterable[Measurement], store: Store) -> tuple[int, int]:
@@ -491,12 +579,94 @@ def import_records(records: Iterable[Measurement], store: Store) -> tuple[int, i
     return added, skipped
 
 
+def _measurement_key(m: Measurement) -> tuple:
+    """What identifies a measurement across stores (ids are per store)."""
+    return (m.config_hash, m.task, m.attention, m.status, m.started_at, m.ended_at)
+
+
+def merge_store(path: str | os.PathLike, store: Store) -> tuple[int, int, int]:
+    """Merge another store file into ``store`` run by run: each run's row (with its status, owner and
+    provenance) and the measurements it lacks here. Idempotent: merging the same file again adds nothing, and
+    merging a store that has grown since (a shard job still running) adds only the new measurements and the run's
+    final status. This is how the stores of ``--shard K/N`` jobs are combined. Returns ``(runs added, records
+    added, runs already complete here)``."""
+    src = Path(path)
+    if src.resolve() == store.path.resolve():
+        raise StoreError(f"{path}: that is the store being ingested into")
+    runs_added = added = complete = 0
+    with Store(src, readonly=True) as other:
+        for run in other.runs():
+            run_id = run["run_id"]
+            theirs = other.measurements(run_id=run_id)
+            mine = store.run(run_id)
+            have = {_measurement_key(m) for m in store.measurements(run_id=run_id)} if mine else set()
+            new = [dataclasses.replace(m, id=None) for m in theirs if _measurement_key(m) not in have]
+            if mine is None:
+                store._insert_run_row(run)
+                runs_added += 1
+            elif mine["status"] == "running" and run["status"] != "running":
+                store._finish_run_row(run)
+            if new:
+                store.add_many(new)
+                added += len(new)
+            elif mine is not None:
+                complete += 1
+    return runs_added, added, complete
+
+
 def ingest(path: str | os.PathLike, store: Store) -> str:
-    """``attnbench ingest``: a pytest-benchmark JSON, or a ``.jsonl`` export of another store; returns a summary."""
-    if str(path).endswith(".jsonl"):
-        added, skipped = import_records(read_jsonl(path), store)
-        return (f"imported {added} record(s) from {path} into {store.path}"
-                + (f"; {skipped} run(s) already present" if skipped else ""))
-    run_id, n = ingest_pytest_benchmark(path, store)
-    return (f"ingested {n} benchmark(s) from {path} into {store.path} (run {run_id})"
-            + ("" if n else " — already ingested"))
+    """``attnbench ingest``: bring a results file into ``store``; returns a summary line.
+
+    The store's own formats first: a ``.jsonl`` export of another store (:func:`import_records`), another store
+    file (``.db``, or any SQLite file: :func:`merge_store`). Then each registered suite's ``ingest`` (e.g. the
+    pytest-benchmark JSON of one suite), which returns None for a format not its own. A file no one recognises,
+    a missing or damaged file, is an :class:`AttnbenchError` whose one line names the file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise AttnbenchError(f"{path}: no such file")
+    if not p.is_file():
+        raise AttnbenchError(f"{path}: not a file")
+    try:
+        if p.suffix.lower() == ".jsonl":
+            added, skipped = import_records(read_jsonl(p), store)
+            return (f"imported {added} record(s) from {path} into {store.path}"
+                    + (f"; {skipped} run(s) already present" if skipped else ""))
+        if p.suffix.lower() == ".db" or _is_sqlite(p):
+            runs, added, complete = merge_store(p, store)
+            return (f"merged {added} record(s) of {runs} new run(s) from {path} into {store.path}"
+                    + (f"; {complete} run(s) already complete" if complete else ""))
+        from . import registry
+
+        tried = []
+        for name in registry.suite_names():
+            suite = registry.get_suite(name)
+            if suite.ingest is None:
+                continue
+            what = (suite.ingest.__doc__ or "").strip().splitlines()
+            tried.append(f"{name}: {what[0].rstrip('.')}" if what else name)
+            message = suite.ingest(p, store)
+            if message is not None:
+                return message
+    except AttnbenchError as e:
+        raise AttnbenchError(_naming(path, e)) from None
+    except (ValueError, OSError, KeyError, TypeError) as e:  # a damaged file of a known format
+        msg = str(e) if str(path) in str(e) else f"cannot ingest: {type(e).__name__}: {e}"
+        raise AttnbenchError(_naming(path, msg)) from None
+    suites = f", or a format of a suite ({'; '.join(tried)})" if tried else ""
+    raise AttnbenchError(f"{path}: not a file attnbench can ingest: expected a .jsonl export (`attnbench export "
+                         f"--format jsonl`), another results store (.db){suites}")
+
+
+def _naming(path: str | os.PathLike, e: BaseException | str) -> str:
+    """``e``'s message, on one line, starting with ``path`` unless it already names it."""
+    msg = " ".join(str(e).split())
+    return msg if str(path) in msg else f"{path}: {msg}"
+
+
+def _is_sqlite(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False

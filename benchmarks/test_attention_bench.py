@@ -19,7 +19,7 @@ import torch
 
 import attnbench
 from attnbench import bench, provenance, registry
-from attnbench.suites.scaling import parse_seq_list, task_name
+from attnbench.suites.scaling.config import parse_seq_list, task_name
 
 
 def _config(config) -> dict:

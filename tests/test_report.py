@@ -1,4 +1,5 @@
-"""Views over the store: exponent fit, leaderboard, committed reference results, exports, plots, ingest."""
+"""Views over the store: exponent fit, the scaling view (leaderboard, memory tables, plots), committed reference
+results, exports, the generic view, ingest (pytest-benchmark, jsonl, another store; errors naming the file)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import random
 import pytest
 from rich.console import Console
 
-from attnbench import report
-from attnbench.store import Store, import_records, ingest_pytest_benchmark, read_jsonl, write_jsonl
+from attnbench import registry, report
+from attnbench.errors import AttnbenchError
+from attnbench.store import Store, import_records, ingest, read_jsonl, write_jsonl
+from attnbench.suites.scaling import view as scaling_view
+from attnbench.suites.scaling.ingest import ingest_pytest_benchmark
 
 NS = [1024, 2048, 4096, 8192]
 
@@ -27,8 +31,9 @@ def test_fit_exponent_on_synthetic_costs():
     assert report.fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
 
 
-def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Test CPU") -> str:
-    """softmax ~N^2 (oom at the largest N), linear ~N: a synthetic sweep."""
+def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Test CPU", rss_below: int = 0) -> str:
+    """softmax ~N^2 (oom at the largest N), linear ~N: a synthetic sweep. Tensor bytes ~N; the RSS figure is
+    below its resolution at the ``rss_below`` smallest N."""
     env = {"device": "cpu", "device_name": device_name, "git_commit": "abc123", "git_dirty": False,
            "packages": {"torch": "x"}}
     run = store.start_run(suite="scaling", setting=setting, env=env)
@@ -37,8 +42,11 @@ def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Te
         for n in NS:
             status = "oom" if (name == "softmax" and n == NS[-1]) else "ok"
             metrics = {} if status != "ok" else {
-                "time_median_s": 1e-9 * n ** k, "time_iqr_s": 1e-10 * n ** k, "peak_mem_bytes": 100 * n ** mk,
-                "gflops": 10.0, "mem_method": "synthetic"}
+                "time_median_s": 1e-9 * n ** k, "time_iqr_s": 1e-10 * n ** k, "peak_tensor_bytes": 100 * n ** mk,
+                "tensor_mem_method": "synthetic count", "peak_rss_bytes": 120 * n ** mk, "gflops": 10.0,
+                "mem_method": "synthetic RSS"}
+            if status == "ok" and n in NS[:rss_below]:
+                metrics.update(peak_rss_bytes=None, rss_note="below resolution: synthetic")
             recs.append(run.record(task="fwd/bidir", attention=name, status=status, impl="x", dtype="fp32",
                                    params={"seq_len": n, "mode": "fwd", "causal": False}, metrics=metrics))
     store.add_many(recs)
@@ -50,18 +58,19 @@ def test_scaling_board_exponents_ratios_and_order(tmp_db):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    (board,) = report.scaling_boards(recs)
+    (board,) = scaling_view.scaling_boards(recs)
     assert board.ns == NS and board.title.startswith("scaling/syn · fwd/bidir · fp32 · cpu (Test CPU)")
     sm, lin = board.rows
     assert sm.label == "softmax" and lin.label == "linear"      # the baseline first
     assert sm.time_exp == pytest.approx(2.0) and lin.time_exp == pytest.approx(1.0)
-    assert lin.mem_exp == pytest.approx(1.0)
+    assert lin.mem_exp == pytest.approx(1.0) and lin.rss_exp == pytest.approx(1.0)
     assert board.ratio(lin, 4096, "time_median_s") == pytest.approx(1 / 4096)
     assert board.ratio(lin, 8192, "time_median_s") is None       # softmax oom there
     out = io.StringIO()
     report.print_tables("scaling", [report.Source("your runs (x)", recs)], console=Console(file=out, width=200))
     text = out.getvalue()
-    assert "oom" in text and "2.00" in text and "1.00" in text and "time —" in text and "peak memory —" in text
+    assert "oom" in text and "2.00" in text and "1.00" in text and "time —" in text
+    assert "peak memory (tensor bytes above the inputs) —" in text and "peak memory (process RSS" in text
 
 
 def test_latest_record_per_point_wins(tmp_db):
@@ -105,7 +114,7 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
         write_jsonl(s.measurements(), proj / "results" / "scaling" / "cpu-reference.jsonl")
     assert not (proj / "results" / "attnbench.db").exists()
     out = io.StringIO()
-    assert report.table("scaling", console=Console(file=out, width=200)) == 2
+    assert report.table("scaling", console=Console(file=out, width=200)) == 3   # time, tensor and RSS memory
     text = out.getvalue()
     assert "committed reference results" in text and "Reference CPU" in text
     assert not (proj / "results" / "attnbench.db").exists()        # reading never creates a store
@@ -131,7 +140,7 @@ def test_plots_written_and_non_empty(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    paths = report.plot_scaling(report.Source("x", recs), tmp_path / "plots")
+    paths = scaling_view.plot_scaling(report.Source("x", recs), tmp_path / "plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
@@ -206,3 +215,144 @@ def test_generic_view_for_other_suites(tmp_db):
     assert "demo/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
     md = report.export(report.select(suite="demo"), "markdown")
     assert "| linear | 0.34 ±0.0283 (n=2) | 0.6 (n=1) |" in md
+
+
+# --- the core names no suite; each suite's view comes from the registry -----------------------------------------
+def test_view_comes_from_the_suite_registry_and_the_core_names_no_suite():
+    import inspect
+
+    from attnbench import store
+
+    assert report.view_of("scaling").plot is scaling_view.plot_scaling
+    assert registry.get_suite("scaling").ingest is not None
+    assert report.view_of("demo") is report.GENERIC                       # records of an unregistered suite
+    for module in (report, store):
+        assert "scaling" not in inspect.getsource(module), module.__name__
+
+
+def test_unknown_suite_with_no_results_is_a_did_you_mean(tmp_db):
+    with pytest.raises(AttnbenchError, match="scaling"):
+        report.table("sclaing", console=Console(file=io.StringIO()))
+    with pytest.raises(AttnbenchError, match="scaling"):
+        report.plot("sclaing", out="unused")
+
+
+# --- memory tables ---------------------------------------------------------------------------------------------
+def test_memory_tables_name_their_figure_and_show_below_resolution(tmp_db):
+    with Store() as s:
+        _populate(s, rss_below=1)
+        recs = s.measurements()
+    md = report.export(recs, "markdown")
+    titles = [line for line in md.splitlines() if line.startswith("#### ")]
+    assert len(titles) == 3 and not any("()" in t for t in titles)
+    assert "#### peak memory (tensor bytes above the inputs) — scaling/syn" in md
+    assert "#### peak memory (process RSS above the inputs) — scaling/syn" in md
+    for header in [line for line in md.splitlines() if line.startswith("| attention |")]:
+        assert "()" not in header and "exponent (1k-8k)" in header
+    # tensor bytes: 100 N at N = 1k -> 100 KiB, softmax's the same: ratio 1
+    assert "| linear | 100 KiB · 1× |" in md
+    # RSS below its resolution at the smallest N: "< res.", explained, never "0 B"
+    assert "| linear | < res. |" in md and "not a zero" in md and "0 B" not in md
+    (board,) = scaling_view.scaling_boards(recs)
+    assert board.rows[1].rss_exp == pytest.approx(1.0)   # fitted over the points that have the figure
+
+
+def test_records_from_before_the_tensor_figure_show_as_rss(tmp_db):
+    with Store() as s:
+        run = s.start_run(suite="scaling", setting="scaling/old", env={"device": "cpu"})
+        s.add_many([run.record(task="fwd/bidir", attention="linear", status="ok", dtype="fp32",
+                               params={"seq_len": n}, metrics={"time_median_s": 1e-6 * n, "peak_mem_bytes": 10 * n,
+                                                                "mem_method": "child-process peak RSS"})
+                    for n in (1024, 2048)])
+        recs = s.measurements()
+    md = report.export(recs, "markdown")
+    assert "process RSS" in md and "tensor bytes" not in md and "10 KiB" in md
+    paths = scaling_view.plot_scaling(report.Source("x", recs), tmp_db.parent / "old-plots")
+    assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
+
+
+def test_plot_legend_is_outside_the_axes_and_covers_no_point(tmp_db):
+    with Store() as s:
+        _populate(s)
+        recs = s.measurements()
+    (board,) = scaling_view.scaling_boards(recs)
+    for what in ("time", "memory"):
+        fig = scaling_view.scaling_figure(board, what)
+        fig.canvas.draw()
+        (ax,) = fig.axes
+        legend = ax.get_legend().get_window_extent()
+        axes = ax.get_window_extent()
+        assert legend.y1 <= axes.y0, what                                   # below the axes
+        for line in ax.get_lines():
+            for x, y in ax.transData.transform(line.get_xydata()):
+                assert not legend.contains(x, y), (what, line.get_label())
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+# --- ingest: the store's own formats, then each suite's; errors name the file ----------------------------------
+def test_ingest_errors_name_the_file(tmp_db, tmp_path):
+    cases = {
+        "bad.json": b"this is not JSON",                      # a damaged pytest-benchmark file
+        "cut.json": json.dumps(PB).encode()[:200],              # truncated
+        "other.json": b'{"some": "thing"}',                   # JSON, but nobody's format
+        "random.bin": bytes(random.Random(0).randrange(256) for _ in range(512)),
+        "binary.jsonl": b"\xff\xfe\x00garbage",
+        "text.txt": b"hello\n",
+    }
+    with Store() as s:
+        for name, data in cases.items():
+            f = tmp_path / name
+            f.write_bytes(data)
+            with pytest.raises(AttnbenchError) as info:
+                ingest(f, s)
+            msg = str(info.value)
+            assert str(f) in msg and "\n" not in msg, (name, msg)
+        with pytest.raises(AttnbenchError, match="no such file"):
+            ingest(tmp_path / "missing.json", s)
+        assert s.count() == 0
+
+
+def test_ingest_cli_bad_file_is_one_line_naming_it(tmp_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json at all")
+    r = CliRunner().invoke(app, ["ingest", str(bad)])
+    assert r.exit_code != 0
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and str(bad) in lines[0], r.output
+    assert "Traceback" not in r.output
+
+
+def test_ingest_another_store_run_by_run_idempotent(tmp_path):
+    a, b = tmp_path / "a.db", tmp_path / "shard-2.db"
+    with Store(a) as s:
+        _populate(s, setting="scaling/one")
+    with Store(b) as s:
+        _populate(s, setting="scaling/two")
+        live = s.start_run(suite="scaling", setting="scaling/two")          # a shard job still running
+        s.add(live.record(task="fwd/bidir", attention="linear", status="ok", params={"seq_len": 1}))
+    with Store(a) as s:
+        msg = ingest(b, s)
+        assert "merged 9 record(s) of 2 new run(s)" in msg and str(b) in msg
+        assert s.count() == 17
+        assert {r["run_id"]: r["status"] for r in s.runs()}[live.run_id] == "running"
+        assert "merged 0 record(s)" in ingest(b, s)                         # idempotent
+        assert s.count() == 17
+    with Store(b) as s:                                                       # the shard goes on, then finishes
+        s.add(live.record(task="fwd/bidir", attention="linear", status="ok", params={"seq_len": 2}))
+        s.finish_run(live.run_id, "ok")
+    with Store(a) as s:
+        assert "merged 1 record(s) of 0 new run(s)" in ingest(b, s)
+        assert s.count() == 18
+        assert {r["run_id"]: r["status"] for r in s.runs()}[live.run_id] == "ok"
+        mine = sorted((m.config_hash, m.status, m.metrics.get("time_median_s")) for m in s.measurements())
+    with Store(b) as s:
+        theirs = sorted((m.config_hash, m.status, m.metrics.get("time_median_s")) for m in s.measurements())
+    assert set(theirs) <= set(mine)
+    with Store(a) as s, pytest.raises(AttnbenchError, match="store being ingested into"):
+        ingest(a, s)

@@ -1,15 +1,22 @@
-"""The scaling suite: presets, planning, the sweep (injected OOM and timeout, interruption, resume), the CLI."""
+"""The scaling suite: a plug-in (registration, no torch at import), presets, planning with attention specs, the
+sweep (injected OOM and timeout, interruption, resume, reaping killed runs), memory measured for real at small N,
+the CLI end to end."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 import attnbench
 from attnbench import bench, registry
+from attnbench.spec import parse_specs
 from attnbench.store import Store
-from attnbench.suites import scaling
-from attnbench.suites.scaling import Grid, PresetError, ScalingPreset, Timing, load_preset, plan_scaling, run_scaling
+from attnbench.suites.scaling import config as scaling
+from attnbench.suites.scaling.config import Grid, PresetError, ScalingPreset, Timing, load_preset
+from attnbench.suites.scaling.runner import plan_scaling, run_scaling
 
 
 def tiny(**kw) -> ScalingPreset:
@@ -84,7 +91,8 @@ def test_injected_oom_and_timeout_do_not_stop_the_sweep(tmp_db):
             assert m.status == "ok", m.error
             mt = m.metrics
             assert mt["time_median_s"] > 0 and mt["reps"] >= 2 and mt["time_iqr_s"] >= 0
-            assert mt["peak_mem_bytes"] is not None and "RSS" in mt["mem_method"]
+            assert mt["peak_tensor_bytes"] > 0 and "RSS" in mt["mem_method"]
+            assert (mt["peak_rss_bytes"] is None) == ("rss_note" in mt) and mt["peak_rss_bytes"] != 0
             assert mt["flops"] > 0 and mt["gflops"] > 0
             assert mt["check_err"] <= mt["check_tol"]
             assert m.impl == registry.build(a, heads=2, head_dim=16).resolve_impl("cpu")
@@ -144,24 +152,123 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNBENCH_DB", raising=False)
     monkeypatch.chdir(tmp_path)  # no committed results here
     runner = CliRunner()
-    args = ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "softmax,linear", "--seq", "128,256",
-            "--mode", "fwd", "--time-budget", "60"]
+    args = ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "softmax,linear,nala:lam=2",
+            "--seq", "128,256", "--mode", "fwd", "--time-budget", "60"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    assert "scaling/tiny" in r.output and "4 ok" in r.output
+    assert "scaling/tiny" in r.output and "6 ok" in r.output
+    assert "machine:" in r.output and "GFLOP/s" in r.output                 # the machine, printed first
     with Store(db) as s:
         ms = s.measurements(suite="scaling")
-        assert len(ms) == 4 and {m.status for m in ms} == {"ok"}
+        assert len(ms) == 6 and {m.status for m in ms} == {"ok"}
         assert all(m.setting == "scaling/tiny" and m.task == "fwd/bidir" for m in ms)
+        assert {m.attention: m.options for m in ms} == {"softmax": {}, "linear": {}, "nala": {"lam": 2.0}}
+        machine = s.runs("scaling")[-1]["host"]["machine"]
+        assert machine["matmul_fp32_gflops"] > 0 and machine["isa"] and machine["torch_threads"] >= 1
     r = runner.invoke(app, args)  # resume: nothing new
-    assert r.exit_code == 0 and "4 point(s) already finished" in r.output
+    assert r.exit_code == 0 and "6 point(s) already finished" in r.output
     r = runner.invoke(app, ["table", "scaling", "--db", str(db)])
     assert r.exit_code == 0 and "softmax" in r.output and "exponent" in r.output and "your runs" in r.output
+    assert "nala:lam=2.0" in r.output and "()" not in r.output
     r = runner.invoke(app, ["plot", "scaling", "--db", str(db), "--out", str(tmp_path / "plots")])
     assert r.exit_code == 0, r.output
-    pngs = list((tmp_path / "plots").glob("*.png"))
-    assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    assert [p.name.rsplit("-", 1)[-1] for p in pngs] == ["memory.png", "time.png"]
+    assert all(p.stat().st_size > 1000 for p in pngs)
     r = runner.invoke(app, ["export", "--format", "csv", "--db", str(db), "--suite", "scaling"])
-    assert r.exit_code == 0 and r.output.count("\n") == 5 and "metrics.time_median_s" in r.output
+    assert r.exit_code == 0 and r.output.count("\n") == 7 and "metrics.peak_tensor_bytes" in r.output
     r = runner.invoke(app, ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "sofmax"])
     assert r.exit_code != 0 and "softmax" in r.output  # did-you-mean
+    r = runner.invoke(app, ["run", "scaling", "--preset", "tiny", "--db", str(db), "--attn", "nala:lamm=2"])
+    assert r.exit_code != 0 and "'lam'" in r.output and "Traceback" not in r.output
+
+
+# --- a plug-in -------------------------------------------------------------------------------------------------------
+def test_registered_as_a_suite_without_importing_torch():
+    code = ("import sys; from attnbench import registry; s = registry.get_suite('scaling'); "
+            "assert s.run is not None and s.view is not None and s.ingest is not None; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "from attnbench.cli import app; assert 'torch' not in sys.modules, 'torch imported by the CLI'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_lazy_re_exports_of_the_package():
+    from attnbench.suites import scaling as pkg
+
+    assert pkg.plan_scaling is plan_scaling and pkg.load_preset is load_preset
+    with pytest.raises(AttributeError):
+        pkg.no_such_name
+
+
+def test_plan_with_attention_specs():
+    p = tiny(attentions=["softmax"], options={"nala": {"tau": 0.25}})
+    plan = plan_scaling(p, attentions=parse_specs("softmax,nala:lam=2,nala:lam=4"))
+    assert plan.attentions == ["softmax", "nala:lam=2.0:tau=0.25", "nala:lam=4.0:tau=0.25"]
+    opts = {(x.attention, x.options.get("lam")): x.options for x in plan.points}
+    assert opts[("nala", 2.0)] == {"lam": 2.0, "tau": 0.25}                   # the spec's over the preset's
+    assert len({plan.point_hash(x) for x in plan.points}) == len(plan.points)  # distinct points
+    plan = plan_scaling(p, attentions=["nala:lam=2"])                          # text specs work too
+    assert plan.points[0].options == {"lam": 2.0, "tau": 0.25}
+    with pytest.raises(attnbench.AttnbenchError, match="more than once"):
+        plan_scaling(p, attentions=["nala:lam=2", "nala:lam=2.0"])
+
+
+# --- runs killed by SIGKILL --------------------------------------------------------------------------------------
+def test_the_next_start_marks_a_killed_run_interrupted(tmp_db):
+    from tests.test_store import start_and_sigkill
+
+    killed = start_and_sigkill(tmp_db)
+    plan = plan_scaling(tiny(attentions=["linear"], grid=[Grid(mode="fwd", seq=[64])]))
+    with Store() as store:
+        run_scaling(plan, store, progress=False, child=False, machine={})
+        dead = store.run(killed)
+        assert dead["status"] == "interrupted" and "no longer exists" in dead["note"]
+
+
+# --- memory at small N -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_tensor_memory_is_positive_and_grows_with_n(mode):
+    """The primary memory figure is counted at the tensor level: deterministic, > 0 and growing with N at the
+    smallest N on any machine (the RSS figure may be below its resolution there: recorded as None, never 0)."""
+    for name in ("softmax", "linear"):
+        peaks = []
+        for n in (64, 128, 256):
+            spec = bench.PointSpec(attention=name, seq_len=n, mode=mode, heads=2, head_dim=16, warmup_ms=0.0,
+                                   rep_ms=0.0, min_reps=1, max_reps=1, check_seq_len=32)
+            out = bench.run_inline(bench.measure_point, spec)
+            assert out.status == "ok", out.error
+            mt = out.result["metrics"]
+            assert mt["peak_tensor_bytes"] >= mt["output_bytes"]                 # at least the output
+            if mode == "fwd+bwd":
+                assert mt["peak_tensor_bytes"] >= mt["input_bytes"]              # at least the gradients
+            assert (mt["peak_rss_bytes"] is None) == ("rss_note" in mt) and mt["peak_rss_bytes"] != 0
+            peaks.append(mt["peak_tensor_bytes"])
+            again = bench.run_inline(bench.measure_point, spec).result["metrics"]["peak_tensor_bytes"]
+            assert again == mt["peak_tensor_bytes"]                              # deterministic
+        assert peaks[0] < peaks[1] < peaks[2], (name, mode, peaks)
+
+
+def test_tensor_memory_counts_live_storages_once():
+    import torch
+
+    x = torch.randn(100, 100)
+
+    def work():
+        a = torch.empty(1000)                  # 4000 B
+        b = torch.empty(2000)                  # 8000 B: 12000 live
+        del a
+        c = x.t().contiguous().view(-1)        # a view of the input is not new; the copy is 40000 B (48000 live)
+        return b, c
+
+    meter = bench.tensor_peak(work)
+    assert meter.peak == 48000 and meter.allocated == 52000 and meter.count == 3
+
+
+def test_rss_below_its_resolution_is_none_with_a_reason():
+    rss = bench.PeakRSS()
+    rss.baseline = 10**15                      # whatever the process did: a rise below one page
+    if not bench.PeakRSS.available():
+        pytest.skip("no /proc")
+    peak, note = rss.measured()
+    assert peak is None and "below resolution" in note

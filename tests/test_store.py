@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
+import signal
+import socket
 import sqlite3
+import time
 
 import pytest
 
@@ -130,3 +135,121 @@ def test_db_path_resolution(tmp_path, monkeypatch):
     assert st.resolve_db(tmp_path / "flag.db") == tmp_path / "flag.db"   # --db wins
     assert st.open_existing(tmp_path / "missing.db") is None
     assert not (tmp_path / "missing.db").exists()
+
+
+# --- a damaged file: one line naming it, never a traceback --------------------------------------------------------
+def _damaged_files(tmp_path):
+    rnd = tmp_path / "random.db"
+    rnd.write_bytes(bytes(range(256)) * 8)
+    good = tmp_path / "good.db"
+    with Store(good) as s:
+        run = s.start_run(suite="demo", setting="demo/x", env={"device": "cpu"})
+        s.add_many([_record(run, i) for i in range(400)])
+        s._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = good.read_bytes()
+    cut = tmp_path / "truncated.db"
+    cut.write_bytes(data[: len(data) // 2])
+    return [rnd, cut]
+
+
+def test_damaged_store_is_one_line_naming_the_file(tmp_path):
+    for path in _damaged_files(tmp_path):
+        with pytest.raises(st.StoreError) as info:
+            Store(path)
+        msg = str(info.value)
+        assert str(path) in msg and "move it aside" in msg and "--db" in msg and "\n" not in msg, msg
+        assert isinstance(info.value, st.AttnbenchError)
+
+
+def test_damaged_store_in_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    for path in _damaged_files(tmp_path):
+        for args in (["table", "demo", "--db", str(path)], ["export", "--format", "csv", "--db", str(path)],
+                     ["ingest", str(path), "--db", str(tmp_path / "fine.db")],
+                     ["ingest", str(tmp_path / "x.jsonl"), "--db", str(path)]):
+            r = CliRunner().invoke(app, args)
+            lines = r.output.strip().splitlines()
+            assert r.exit_code != 0 and len(lines) == 1 and str(path) in lines[0], (args, r.output)
+            assert lines[0].startswith("error:") and "Traceback" not in r.output
+
+
+def test_schema_version_1_is_migrated_in_place(tmp_path):
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    v1 = st._SCHEMA.replace(",\n    pid         INTEGER,\n    hostname    TEXT,\n    note        TEXT", "")
+    assert "hostname" not in v1
+    conn.executescript(v1)
+    conn.execute("INSERT INTO runs (run_id, suite, setting, started_at, status) VALUES ('old', 'demo', 'demo/x', "
+                 "'2025-01-01T00:00:00+00:00', 'running')")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with Store(path) as s:
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == st.SCHEMA_VERSION == 2
+        (old,) = s.runs()
+        assert old["run_id"] == "old" and old["pid"] is None and old["hostname"] is None
+        assert s.reap_dead_runs() == [] and s.run("old")["status"] == "running"   # no owner: left alone
+        run = s.start_run(suite="demo", setting="demo/x")
+        assert s.run(run.run_id)["pid"] == os.getpid()
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(st.StoreError, match="newer than this attnbench"):
+        Store(path)
+
+
+# --- runs whose process died are reaped -----------------------------------------------------------------------
+def _open_run_and_die(path: str, ready) -> None:
+    s = Store(path)
+    s.start_run(suite="demo", setting="demo/killed", env={"device": "cpu"})
+    ready.set()
+    time.sleep(600)  # killed by the parent long before
+
+
+def start_and_sigkill(path) -> str:
+    """A child process opens a run in ``path`` and is SIGKILLed; returns the run's id."""
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_open_run_and_die, args=(str(path), ready))
+    proc.start()
+    assert ready.wait(120)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    with Store(path) as s:
+        (run,) = [r for r in s.runs() if r["setting"] == "demo/killed" and r["pid"] == proc.pid]
+        assert run["status"] == "running" and run["hostname"] == socket.gethostname()
+        return run["run_id"]
+
+
+def test_runs_of_a_killed_process_are_marked_interrupted(tmp_db):
+    run_id = start_and_sigkill(tmp_db)
+    with Store() as s:
+        mine = s.start_run(suite="demo", setting="demo/alive")                # this process: alive
+        elsewhere = s.start_run(suite="demo", setting="demo/elsewhere")
+        s._conn.execute("UPDATE runs SET hostname = 'another-host', pid = 1 WHERE run_id = ?", (elsewhere.run_id,))
+        notes = s.reap_dead_runs()
+        assert len(notes) == 1 and run_id[:12] in notes[0] and "interrupted" in notes[0]
+        dead = s.run(run_id)
+        assert dead["status"] == "interrupted" and dead["ended_at"] and dead["note"] == notes[0]
+        assert s.run(mine.run_id)["status"] == "running"
+        assert s.run(elsewhere.run_id)["status"] == "running"                 # not this host's to judge
+        assert s.reap_dead_runs() == []                                        # once
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_reused_pid_does_not_keep_a_dead_run_alive(tmp_db):
+    with Store() as s:
+        run = s.start_run(suite="demo", setting="demo/reused")
+        host = dict(s.run(run.run_id)["host"], pid_start=1)                  # same pid, another process start
+        s._conn.execute("UPDATE runs SET host = ? WHERE run_id = ?", (json.dumps(host), run.run_id))
+        assert len(s.reap_dead_runs()) == 1 and s.run(run.run_id)["status"] == "interrupted"

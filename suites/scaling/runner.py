@@ -1,8 +1,15 @@
-"""The scaling sweep: every (attention, mode, causal, dtype, N) point measured in its own child process.
+"""The scaling sweep: every (attention spec, mode, causal, dtype, N) point measured in its own child process.
+
+An attention is a spec (:mod:`attnbench.spec`: ``nala`` or ``nala:lam=2``); its options, over the preset's
+options for that mechanism, are recorded with every point and make it a point of its own. When a run starts,
+runs of this host whose process was killed are marked ``interrupted``
+(:meth:`attnbench.store.Store.reap_dead_runs`), and the machine (:func:`attnbench.provenance.machine`) is printed
+and recorded in the run's environment.
 
 For each point, in a fresh child (:func:`attnbench.bench.run_in_child`): the correctness gate at a small shape
-(status ``incorrect``, no timing, if it fails), the peak memory of the first call at N, the FLOPs of one call,
-then warm-up and repeated timing (:func:`attnbench.bench.measure_point`). The parent records one measurement
+(status ``incorrect``, no timing, if it fails), the first call at N (its process-level peak memory), one call
+under the FLOP counter and the tensor-level memory count, then warm-up and repeated timing
+(:func:`attnbench.bench.measure_point`). The parent records one measurement
 per point in the store as soon as the point ends, so Ctrl-C or a kill loses only the point in flight, and a
 re-run skips the points already finished (``force`` measures them again).
 
@@ -24,15 +31,21 @@ import warnings
 from typing import Any, Iterable
 
 from attnbench import bench, provenance, registry
-from attnbench.protocol import AttnbenchError
-from attnbench.store import Measurement, Store, point_hash
+from attnbench.errors import AttnbenchError
 from attnbench.interrupts import sigterm_as_interrupt
+from attnbench.spec import AttentionSpec, as_specs
+from attnbench.store import Measurement, Store, point_hash
 
 from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
 
 SUITE = "scaling"
 INJECT_ENV = "ATTNBENCH_INJECT"
 INJECT_KINDS = ("oom", "timeout", "fail")
+
+
+def spec_label(attention: str, options: dict[str, Any]) -> str:
+    """``name`` or ``name:key=value:...`` (an :class:`AttentionSpec`'s label, also for a stored record)."""
+    return ":".join([attention, *(f"{k}={v}" for k, v in sorted(options.items()))])
 
 
 @dataclasses.dataclass
@@ -48,8 +61,12 @@ class Point:
     def task(self) -> str:
         return task_name(self.mode, self.causal)
 
+    @property
+    def spec(self) -> str:
+        return spec_label(self.attention, self.options)
+
     def label(self) -> str:
-        return f"{self.attention} {self.task} N={self.seq_len} {self.dtype}"
+        return f"{self.spec} {self.task} N={self.seq_len} {self.dtype}"
 
 
 @dataclasses.dataclass
@@ -58,7 +75,7 @@ class ScalingPlan:
 
     preset: ScalingPreset
     setting: str
-    attentions: list[str]
+    attentions: list[str]       # spec labels (name or name:key=value...)
     missing: list[str]          # preset names not registered (skipped with a warning)
     threads: int
     points: list[Point]
@@ -76,7 +93,8 @@ class ScalingPlan:
                 "threads": self.threads}
 
 
-def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *, attentions: Iterable[str] | None = None,
+def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
+                 attentions: Iterable[str | AttentionSpec] | None = None,
                  seq: Iterable[int | str] | None = None, modes: Iterable[str] | None = None,
                  causal: bool | None = None, dtypes: Iterable[str] | None = None, device: str | None = None,
                  batch: int | None = None, heads: int | None = None, head_dim: int | None = None,
@@ -84,9 +102,12 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *, attentions: It
                  mem_budget_gb: float | None = None) -> ScalingPlan:
     """Apply command-line overrides to a preset and list the points.
 
-    ``attentions`` replaces the preset's list (every name must be registered; the preset's own names that are
-    not registered yet are skipped with a warning). ``seq`` replaces the sequence lengths of every grid entry;
-    ``modes`` keeps only those modes (a mode the preset lacks gets an entry with the first entry's lengths);
+    ``attentions`` replaces the preset's list: attention specs (:class:`attnbench.spec.AttentionSpec`, or their
+    text ``name[:key=value...]``), each validated, its options over the preset's options for that mechanism
+    (the preset's own names that are not registered yet are skipped with a warning). Every spec is built once at
+    the plan's sizes, so a value the mechanism refuses fails here, before any point runs. ``seq`` replaces the
+    sequence lengths of every grid entry; ``modes`` keeps only those modes (a mode the preset lacks gets an entry
+    with the first entry's lengths);
     ``causal`` True/False makes every entry causal/bidirectional. Overriding the batch, heads, head size or
     threads changes the setting name (``scaling/<preset>[h8,d128]``): those numbers are not comparable.
     """
@@ -134,15 +155,21 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *, attentions: It
 
     known = set(registry.names())
     if attentions is not None:
-        names = list(attentions)
-        for n in names:
-            registry.get_attention(n)  # did-you-mean on a typo
+        specs = [s.with_defaults(p.options.get(s.name)) for s in as_specs(attentions)]  # did-you-mean on a typo
         missing: list[str] = []
     else:
-        names = [n for n in p.attentions if n in known]
+        specs = [AttentionSpec.make(n, p.options.get(n)) for n in p.attentions if n in known]
         missing = [n for n in p.attentions if n not in known]
         if missing:
             warnings.warn(f"preset {p.name!r}: not registered (yet), skipped: {', '.join(missing)}", stacklevel=2)
+    labels = [s.label for s in specs]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise AttnbenchError(f"attention(s) given more than once: {', '.join(dup)}")
+    n_min = min(n for g in p.grid for n in g.seq)
+    for s in specs:
+        desc = registry.describe(s.name)
+        s.check_builds(heads=p.heads, head_dim=p.head_dim, seq_len=n_min, causal=not desc["bidirectional"])
     setting = f"{SUITE}/{p.name}"
     if over:
         short = {"batch": "b", "heads": "h", "head_dim": "d", "threads": "t"}
@@ -154,10 +181,10 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *, attentions: It
     for g in p.grid:
         for dtype in p.dtypes:
             for n in g.seq:
-                for name in names:
-                    points.append(Point(attention=name, mode=g.mode, causal=g.causal, seq_len=n, dtype=dtype,
-                                        options=dict(p.options.get(name, {}))))
-    return ScalingPlan(preset=p, setting=setting, attentions=names, missing=missing, threads=n_threads,
+                for s in specs:
+                    points.append(Point(attention=s.name, mode=g.mode, causal=g.causal, seq_len=n, dtype=dtype,
+                                        options=dict(s.options)))
+    return ScalingPlan(preset=p, setting=setting, attentions=labels, missing=missing, threads=n_threads,
                        points=points)
 
 
@@ -200,11 +227,12 @@ def _summary_line(m: Measurement) -> str:
 
     mt = m.metrics
     med, iqr = mt.get("time_median_s"), mt.get("time_iqr_s") or 0.0
-    mem = mt.get("peak_mem_bytes")
     gf = mt.get("gflops")
     parts = [f"[green]ok[/] {fmt_time(med)} ±{100 * iqr / med if med else 0:.0f}%"]
-    if mem is not None:
-        parts.append(fmt_bytes(mem))
+    if mt.get("peak_tensor_bytes") is not None:
+        rss = mt.get("peak_rss_bytes")
+        parts.append(f"{fmt_bytes(mt['peak_tensor_bytes'])} tensors (RSS "
+                     f"{fmt_bytes(rss) if rss is not None else 'below resolution'})")
     if gf:
         parts.append(f"{gf:.3g} GFLOP/s")
     return " · ".join(parts)
@@ -212,9 +240,11 @@ def _summary_line(m: Measurement) -> str:
 
 def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject: str | None = None,
                 console=None, progress: bool = True, argv: list[str] | None = None,
-                child: bool = True) -> ScalingResult:
+                child: bool = True, machine: dict | None = None) -> ScalingResult:
     """Measure every point of ``plan`` into ``store``; returns the new records.
 
+    First, runs of this host whose process died are marked interrupted (:meth:`Store.reap_dead_runs`). The run's
+    environment records ``machine`` (:func:`attnbench.provenance.machine`; measured here when not given).
     ``child=False`` measures in this process (no memory isolation, no time limit; for debugging only).
     Ctrl-C (or SIGTERM) records the point in flight as ``interrupted``, marks the run interrupted and returns
     with ``interrupted=True``; every finished point is already in the store.
@@ -231,12 +261,16 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
     failed_at: dict[tuple, tuple[int, str]] = {}
     if not force:
         for m in store.measurements(suite=SUITE, setting=plan.setting, status=("oom", "timeout")):
-            key = (m.attention, m.task, m.dtype)
+            key = (spec_label(m.attention, m.options), m.task, m.dtype)
             n = int(m.params.get("seq_len", 0))
             if key not in failed_at or n < failed_at[key][0]:
                 failed_at[key] = (n, m.status)
+    for note in store.reap_dead_runs():
+        console.print(f"[yellow]{note}[/]")
+    env = provenance.environment(pre.device, plan.threads)
+    env["host"]["machine"] = machine if machine is not None else provenance.machine(threads=plan.threads)
     run = store.start_run(suite=SUITE, setting=plan.setting, config=plan.config(), device=pre.device,
-                          threads=plan.threads, argv=argv)
+                          threads=plan.threads, argv=argv, env=env)
     records: list[Measurement] = []
     resumed = 0
     interrupted = False
@@ -263,7 +297,7 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
                     continue
                 current, started = p, provenance.now()
                 bar.update(job, description=p.label())
-                key = (p.attention, p.task, p.dtype)
+                key = (p.spec, p.task, p.dtype)
                 desc = registry.describe(p.attention)
                 if (p.causal and not desc["causal"]) or (not p.causal and not desc["bidirectional"]):
                     form = "causal" if p.causal else "bidirectional"
@@ -272,7 +306,8 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
                     n0, st = failed_at[key]
                     m = record(p, "skipped", error=f"not attempted: N={n0} already ended {st}", started_at=started)
                 else:
-                    kind = injected.get((p.attention, p.seq_len, p.mode)) or injected.get((p.attention, p.seq_len, None))
+                    kind = (injected.get((p.attention, p.seq_len, p.mode))
+                            or injected.get((p.attention, p.seq_len, None)))
                     spec = bench.PointSpec(
                         attention=p.attention, seq_len=p.seq_len, mode=p.mode, causal=p.causal, dtype=p.dtype,
                         device=pre.device, batch=pre.batch, heads=pre.heads, head_dim=pre.head_dim,
@@ -305,9 +340,9 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
                          interrupted=interrupted)
 
 
-def run_cli(*, attn: list[str] | None, seq: str | None, mode: str | None, causal: bool | None, dtype: str | None,
-            device: str | None, heads: int | None, head_dim: int | None, batch: int | None, preset: str,
-            db: str | None, time_budget: float | None, threads: int | None = None, force: bool = False,
+def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: str | None, causal: bool | None,
+            dtype: str | None, device: str | None, heads: int | None, head_dim: int | None, batch: int | None,
+            preset: str, db: str | None, time_budget: float | None, threads: int | None = None, force: bool = False,
             mem_budget_gb: float | None = None, console=None, argv: list[str] | None = None,
             show_table: bool = True) -> ScalingResult:
     """What ``attnbench run scaling`` does: plan, sweep into the store, print the leaderboard of the setting."""
@@ -331,9 +366,11 @@ def run_cli(*, attn: list[str] | None, seq: str | None, mode: str | None, causal
     for w in caught:
         console.print(f"[yellow]warning:[/] {w.message}")
     with Store(db) as store:
-        console.print(f"[bold]{escape(plan.setting)}[/]: {len(plan.attentions)} attention(s) × {len(plan.points) // max(1, len(plan.attentions))} "
-                      f"point(s) → {store.path}")
-        result = run_scaling(plan, store, force=force, console=console, argv=argv)
+        machine = provenance.machine(threads=plan.threads)
+        console.print(escape(provenance.machine_line(machine)))
+        console.print(f"[bold]{escape(plan.setting)}[/]: {len(plan.attentions)} attention(s) × "
+                      f"{len(plan.points) // max(1, len(plan.attentions))} point(s) → {store.path}")
+        result = run_scaling(plan, store, force=force, console=console, argv=argv, machine=machine)
         if show_table:
             recs = store.measurements(suite=SUITE, setting=plan.setting)
             report.print_tables(SUITE, [report.Source(f"your runs ({store.path})", recs, committed=False)],

@@ -1,0 +1,51 @@
+"""``attnbench run scaling``: the typer command the scaling suite registers (``Suite.run``).
+
+Torch-free at import: every ``attnbench`` invocation (``--help`` included) discovers the suites and reads this
+command's signature; the work is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+
+
+def run_scaling_cmd(
+    attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (default: the preset's)"),
+    seq: Optional[str] = typer.Option(None, "--seq", help="sequence lengths, e.g. 1k,4k,16k,64k"),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fwd, fwd+bwd, or both comma-separated"),
+    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="force every point causal / "
+                                          "bidirectional (default: the preset's)"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="comma-separated: fp32, bf16, fp16, fp64"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda"),
+    heads: Optional[int] = typer.Option(None, "--heads"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim"),
+    batch: Optional[int] = typer.Option(None, "--batch"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per point (0: all cores)"),
+    preset: str = typer.Option("cpu-default", "--preset", help="embedded preset name or a .toml path"),
+    db: Optional[str] = clikit.DB,
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="seconds per point before it is "
+                                                "killed and recorded as timeout"),
+    mem_budget: Optional[float] = typer.Option(None, "--mem-budget", help="GiB of address space per point "
+                                               "(past it: oom)"),
+    force: bool = clikit.FORCE,
+) -> None:
+    """Time, peak memory and FLOPs of each attention as N grows, gated on correctness; resumable."""
+    from attnbench.errors import AttnbenchError
+    from attnbench.spec import parse_specs
+
+    from .runner import run_cli
+
+    try:
+        specs = parse_specs(attn, required=False) if attn is not None else None
+        result = run_cli(attn=specs or None, seq=seq, mode=mode, causal=causal, dtype=dtype, device=device,
+                         heads=heads, head_dim=head_dim, batch=batch, threads=threads, preset=preset, db=db,
+                         time_budget=time_budget, mem_budget_gb=mem_budget, force=force, console=clikit.console,
+                         argv=["attnbench", *clikit.argv_tail()])
+    except (AttnbenchError, ValueError) as e:
+        clikit.fail(str(e))
+    if result.interrupted:
+        raise typer.Exit(code=130)
