@@ -208,6 +208,7 @@ def test_spec_options_reach_the_record(tmp_path, preset):
     with Store(tmp_path / "o.db") as s:
         (m,) = s.measurements(suite="lra")
     assert m.attention == "performer:features=16" and m.options == {"features": 16} and m.status == "ok"
+    assert "1 cell(s): listops 4 steps x 8; estimated" in p.stdout  # the size and a time estimate, before it runs
 
 
 def test_submitit_local_runs_two_shards_into_stores_that_ingest_merges(tmp_path, preset):

@@ -418,3 +418,15 @@ def test_accuracy_cells_carry_their_interval_and_significance_marks():
     assert _fmt_cell([90.0], 1000, (95.0, "x"), 1000, 0.1, False) == "90.00 ± 1.9"
     assert _fmt_cell([95.0], 1000, (95.0, "x"), 1000, 0.1, True) == "95.00 ± 1.4 ^"
     assert _fmt_cell([50.0, 52.0], 1000, (95.0, "x"), 1000, 0.1, False).startswith("51.00 ± 1.41 (n=2)")
+
+
+def test_data_dir_without_preset_says_which_preset_runs(tmp_path, monkeypatch):
+    from attnbench.suites.lra import train as lra_train
+
+    out = []
+    console = Console(file=open(os.devnull, "w"), width=300)
+    console.print = lambda *a, **k: out.append(" ".join(map(str, a)))  # type: ignore[method-assign]
+    monkeypatch.setattr(lra_train, "check_tasks", lambda pre, tasks: (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit):  # stop right after the announcement
+        lra_train.run_lra(attentions=["softmax"], data_dir=str(tmp_path), console=console, progress=False)
+    assert any("skyformer" in line and "--preset tiny" in line for line in out)

@@ -281,6 +281,40 @@ def _warm_up(specs: Sequence[AttentionSpec], preset: Preset, device: torch.devic
     torch.set_rng_state(state)
 
 
+def estimate_seconds(spec: AttentionSpec, preset: Preset, task: str, data: TaskData, device: torch.device,
+                     world: int = 1) -> float:
+    """Seconds one cell of ``task`` will take, from two timed training steps of ``spec`` at the task's length
+    on a small batch (scaled to the real one), plus a share for evaluation. A rough guide, printed before a run
+    starts; leaves the global RNG state as it found it."""
+    from .model import build_model
+
+    cfg, m = preset.task(task), preset.model
+    local_bs = cfg.batch_size // world
+    probe = min(local_bs, 4)
+    state = torch.get_rng_state()
+    model = build_model(spec, vocab_size=data.train.vocab_size, num_classes=data.train.num_classes,
+                        seq_len=cfg.seq_len, pair=task in PAIR_TASKS, pad_id=data.train.pad_id, dim=m.dim,
+                        ffn_dim=m.ffn_dim, heads=m.heads, head_dim=m.head_dim, layers=m.layers,
+                        dropout=m.dropout).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, x2, y = Batches(data.train).get(np.arange(probe), device)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        F.cross_entropy(model(x, x2) if x2 is not None else model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    torch.set_rng_state(state)
+    per_step = min(times[1:]) * local_bs / probe
+    evals = cfg.steps // cfg.eval_every + 1
+    eval_examples = (len(_eval_indices(len(data.val), cfg)) * evals + len(data.test)) / max(world, 1)
+    return per_step * cfg.steps + per_step / 3 * eval_examples / local_bs  # a forward is about 1/3 of a step
+
+
+def _fmt_duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else (f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h")
+
 
 # ---------------------------------------------------------------------------------------------------- cells
 @dataclasses.dataclass
@@ -423,6 +457,10 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
     if not specs:
         raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
     pre = _resolve_preset(preset, data_dir)
+    if preset is None and data_dir:
+        console.print(f"--data-dir without --preset: running the [bold]{pre.name}[/] preset (the published "
+                      f"settings: long sequences, thousands of steps; hours on a CPU). Pass --preset tiny for the "
+                      f"CPU smoke setting.")
     tasks = check_tasks(pre, tasks)
     for spec in specs:  # a value the mechanism refuses fails here, before any data or cell
         spec.with_defaults(pre.options_for(spec.name)).check_builds(heads=pre.model.heads,
@@ -445,6 +483,13 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
         datas, skips = _prepare_all(pre, tasks, dpath, cache, console, dist)
         for t, msg in skips.items():
             say(f"[yellow]{escape(msg)}[/]")
+        if dist.main and datas:
+            est = sum(estimate_seconds(specs[0].with_defaults(pre.options_for(specs[0].name)), pre, t, d, device,
+                                       dist.world) for t, d in datas.items())
+            samples = ", ".join(f"{t} {pre.task(t).steps} steps x {pre.task(t).batch_size}" for t in datas)
+            say(f"{len(datas) * len(specs)} cell(s): {samples}; estimated {_fmt_duration(est * len(specs))} on "
+                f"this machine (timed from {specs[0].label}; other attentions differ; cells finished earlier "
+                f"are skipped)")
         cells = plan_cells(pre, specs, [t for t in tasks if t in datas], seed=seed, device=device.type,
                            data_fingerprints={t: d.fingerprint for t, d in datas.items()})
         skipped = [Outcome(Cell(task=t, attention=s.label, config_hash=""), CellResult("skipped"), skipped=msg)
