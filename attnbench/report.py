@@ -83,7 +83,7 @@ def load_sources(suite: str, *, db: str | None = None, include_committed: bool =
                 recs = [r for r in store.measurements(suite=suite, setting=setting) if r.run_id not in committed_runs]
             if recs:
                 sources.append(Source(f"your runs ({_relative(store.path)})", recs, path=store.path))
-    return sources
+    return sorted(sources, key=lambda src: src.committed)  # the user's own runs first, committed ones below
 
 
 def _relative(p: Path) -> str:
@@ -273,7 +273,7 @@ def print_tables(suite: str, sources: list[Source], console=None) -> int:
 
 def table(suite: str, *, db: str | None = None, setting: str | None = None, committed: bool = True,
           console=None) -> int:
-    """``attnbench table <suite>``: committed reference results beside the user's store."""
+    """``attnbench table <suite>``: the user's store, then the committed reference results (labelled)."""
     from rich.console import Console
 
     console = console or Console()

@@ -78,3 +78,19 @@ def test_help_shows_plain_flags_without_a_type_label():
         out = runner.invoke(app, cmd, env={"COLUMNS": "200"}).output
         flagged = [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
         assert flagged == [], flagged
+
+
+def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
+    from attnbench.store import Store
+
+    db = tmp_path / "mine.db"
+    with Store(db) as s:
+        run = s.start_run(suite="lra", setting="lra/tiny", config={})
+        s.add(run.record(task="listops", attention="softmax", status="ok", params={"seed": 0},
+                         metrics={"score": 30.0, "test_acc": 0.3, "n_test": 1000, "majority_test_acc": 0.1}, seed=0))
+        s.finish_run(run.run_id, "ok")
+    out = runner.invoke(app, ["table", "lra", "--db", str(db)], env={"COLUMNS": "250"}).output
+    assert "your runs" in out and "committed reference results" in out
+    assert out.index("your runs") < out.index("committed reference results")
+    bad = runner.invoke(app, ["table", "lrb", "--db", str(db)], env={"COLUMNS": "250"})
+    assert bad.exit_code != 0 and "did you mean 'lra'" in bad.output
