@@ -3,9 +3,10 @@
 The pieces, usable on their own:
 
 - :func:`check_correctness` — the gate: the resolved fast form against ``module.reference`` at a small shape
-  (forward, and the input gradients for ``fwd+bwd``). Relative error against the float64 reference, allowed
-  ``max(rtol[dtype] * scale, MULTIPLE * error of the reference itself in that dtype)``. A point that fails is
-  recorded ``incorrect`` and never timed ("a speedup is never reported on a red gate").
+  (forward, and the input gradients for ``fwd+bwd``), judged by the one tolerance policy of
+  :mod:`attnbench.tolerance` (error against the float64 reference at most ``MULTIPLE`` times the reference's own
+  error in the run's dtype, plus a floor). A point that fails is recorded ``incorrect`` and never timed ("a
+  speedup is never reported on a red gate").
 - :func:`time_fn` — do_bench-style repeated timing: warm-up, then as many repetitions as fit ``rep_ms``
   (between ``min_reps`` and ``max_reps``); median, 20/80 and 25/75 percentiles, IQR.
 - :func:`count_flops` — ``torch.utils.flop_counter.FlopCounterMode`` (matmul-class ops; elementwise work is not
@@ -42,13 +43,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import registry
-from .checks import forward_backward, max_error
+from .checks import forward_backward
 from .protocol import UnsupportedError
+from .tolerance import compare
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
-# Gate tolerance relative to the output's scale (max |reference|), per dtype of the run.
-RTOL = {"fp64": 1e-6, "fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
-MULTIPLE = 4.0   # ... or this multiple of the reference's own error in the same dtype, whichever is larger
 MODES = ("fwd", "fwd+bwd")
 MEM_METHOD_CPU = "child-process peak RSS (VmHWM after clear_refs reset) minus RSS after inputs"
 MEM_METHOD_CPU_NORESET = "child-process peak RSS (VmHWM, no reset available) minus RSS after inputs"
@@ -337,9 +336,9 @@ class PeakRSS:
 @dataclasses.dataclass
 class CheckResult:
     ok: bool
-    err: float          # max relative error of the fast form (worst of output and gradients)
-    tol: float          # the tolerance it was held to
-    ref_err: float      # the reference's own error in the run dtype (against float64)
+    err: float          # the fast form's error against float64, relative to max|ref| + 1 (the worst tensor's)
+    tol: float          # the bound it was held to: MULTIPLE * ref_err + floor (attnbench.tolerance)
+    ref_err: float      # the reference's own error in the run dtype (against float64), same tensor
     seq_len: int
     impl: str
     detail: str = ""
@@ -375,14 +374,13 @@ def check_correctness(name: str, *, heads: int, head_dim: int, causal: bool, dty
                       seed: int = 0) -> CheckResult:
     """The resolved fast form against ``module.reference`` at ``[batch, heads, seq_len, head_dim]``.
 
-    The ground truth is the reference in float64 (the module deep-copied to float64). The fast form runs in
-    ``dtype``; its max error, relative to the largest reference value, must be within
-    ``max(rtol, MULTIPLE * the reference's own relative error in dtype)``. For ``fwd+bwd`` the gradients of
-    ``<out, g>`` with respect to q, k, v are held to the same bound. Raises :class:`UnsupportedError` if the
-    mechanism cannot be built this way.
+    The ground truth is the reference in float64 (the module deep-copied to float64); the ruler is the reference
+    in ``dtype``. The fast form runs in ``dtype`` and is judged by :func:`attnbench.tolerance.compare`: its error
+    must be at most ``MULTIPLE`` times the reference's own error plus the dtype's floor (``rtol``, if given,
+    replaces the floor). For ``fwd+bwd`` the gradients of ``<out, g>`` with respect to q, k, v are held to the
+    same policy. Raises :class:`UnsupportedError` if the mechanism cannot be built this way.
     """
     tdtype = parse_dtype(dtype)
-    rtol = RTOL[dtype] if rtol is None else rtol
     module = build_attention(name, seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal, impl=impl,
                              options=options).to(device)
     resolved = module.resolve_impl(device)
@@ -401,20 +399,10 @@ def check_correctness(name: str, *, heads: int, head_dim: int, causal: bool, dty
         ref64 = run(copy.deepcopy(module).float().reference, torch.float32)
     ref_low = run(module.reference, tdtype)
     fast = run(module, tdtype)
-    err = ref_err = 0.0
-    tol = 0.0
-    worst = ""
-    for what, f, rl, r in zip(("output", "grad q", "grad k", "grad v"), fast, ref_low, ref64):
-        e, scale = max_error(f, r)
-        scale = max(scale, 1e-30)
-        e_ref = max_error(rl, r)[0] / scale
-        e /= scale
-        t = max(rtol, MULTIPLE * e_ref)
-        if not math.isfinite(e) or e / t > (err / tol if tol else -1.0):
-            err, tol, ref_err, worst = e, t, e_ref, what
-    ok = math.isfinite(err) and err <= tol
-    detail = f"{worst}: relative error {err:.2e} vs tolerance {tol:.2e} at N={seq_len} ({dtype}, impl={resolved})"
-    return CheckResult(ok=ok, err=err, tol=tol, ref_err=ref_err, seq_len=seq_len, impl=resolved, detail=detail)
+    a = compare(fast, ref_low, ref64, names=["output", "grad q", "grad k", "grad v"], dtype=tdtype, floor=rtol)
+    detail = f"{a.describe()} at N={seq_len} (impl={resolved})"
+    return CheckResult(ok=a.ok, err=a.err, tol=a.bound, ref_err=a.ref_err, seq_len=seq_len, impl=resolved,
+                       detail=detail)
 
 
 # --- one point -----------------------------------------------------------------------------------------------
