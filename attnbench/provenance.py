@@ -117,11 +117,16 @@ def matmul_gflops(*, n: int = 1024, seconds: float = 0.3, dtype: str = "float32"
     return 2 * n**3 / times[len(times) // 2] / 1e9
 
 
+_MEASURED: dict[str, Any] | None = None   # the last machine() measured in this process (environment() records it)
+
+
 def machine(*, measure: bool = True, threads: int | None = None) -> dict[str, Any]:
     """The machine a benchmark runs on: CPU model, cores, torch's ISA level
     (``torch.backends.cpu.get_cpu_capability()``) and the ISA flags of ``/proc/cpuinfo``, torch threads, and
     (``measure``) a measured fp32 matmul GFLOP/s (:func:`matmul_gflops`, ~0.3 s) with ``threads`` torch threads
-    (default: torch's current setting). Printed by every benchmark, recorded with scaling runs."""
+    (default: torch's current setting). Printed by every benchmark; once measured, :func:`environment` records it
+    with every run this process starts."""
+    global _MEASURED
     import torch
 
     old = torch.get_num_threads()
@@ -138,6 +143,7 @@ def machine(*, measure: bool = True, threads: int | None = None) -> dict[str, An
         }
         if measure:
             info["matmul_fp32_gflops"] = round(matmul_gflops(), 1)
+            _MEASURED = info
     finally:
         torch.set_num_threads(old)
     return info
@@ -167,17 +173,17 @@ def device_name(device: str) -> str:
 
 
 def environment(device: str = "cpu", threads: int | None = None) -> dict[str, Any]:
-    """The environment block stored with a run (and copied into every record)."""
+    """The environment block stored with a run (and copied into every record); ``host["machine"]`` is the
+    :func:`machine` this process measured last, if it measured one."""
     g = git_info()
+    host: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": threads}
+    if _MEASURED is not None:
+        host["machine"] = dict(_MEASURED)
     return {
         "git_commit": g["commit"],
         "git_dirty": g["dirty"],
         "packages": package_versions(),
         "device": device,
         "device_name": device_name(device),
-        "host": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "threads": threads,
-        },
+        "host": host,
     }

@@ -166,7 +166,7 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
         machine = s.runs("scaling")[-1]["host"]["machine"]
         assert machine["matmul_fp32_gflops"] > 0 and machine["isa"] and machine["torch_threads"] >= 1
     r = runner.invoke(app, args)  # resume: nothing new
-    assert r.exit_code == 0 and "6 point(s) already finished" in r.output
+    assert r.exit_code == 0 and "6 cell(s) already finished" in r.output
     r = runner.invoke(app, ["table", "scaling", "--db", str(db)])
     assert r.exit_code == 0 and "softmax" in r.output and "exponent" in r.output and "your runs" in r.output
     assert "nala:lam=2.0" in r.output and "()" not in r.output
@@ -272,3 +272,33 @@ def test_rss_below_its_resolution_is_none_with_a_reason():
         pytest.skip("no /proc")
     peak, note = rss.measured()
     assert peak is None and "below resolution" in note
+
+
+# --- on the one sweep: shards, exit codes ------------------------------------------------------------------------
+def test_shards_cover_the_grid_once_and_merge(tmp_path):
+    from attnbench.store import ingest
+
+    plan = plan_scaling(tiny(attentions=["softmax", "linear"], grid=[Grid(mode="fwd", seq=[32, 64, 128])]))
+    hashes = []
+    for k in (1, 2):
+        with Store(tmp_path / f"shard-{k}.db") as s:
+            res = run_scaling(plan, s, progress=False, child=False, machine={}, shard=(k, 2))
+            assert res.exit_code == 0 and all(m.status == "ok" for m in res.records)
+            hashes.append({m.config_hash for m in res.records})
+    assert not hashes[0] & hashes[1] and hashes[0] | hashes[1] == {plan.point_hash(p) for p in plan.points}
+    with Store(tmp_path / "all.db") as s:
+        for k in (1, 2):
+            ingest(tmp_path / f"shard-{k}.db", s)
+        assert s.count("scaling") == 6
+        again = run_scaling(plan, s, progress=False, child=False, machine={})
+        assert again.resumed == 6 and again.records == []
+
+
+def test_cli_exit_code_when_a_point_fails(tmp_path, monkeypatch):
+    from attnbench.cli import app
+
+    monkeypatch.setenv("ATTNBENCH_INJECT", "fail:linear:64")
+    r = CliRunner().invoke(app, ["run", "scaling", "--preset", "tiny", "--db", str(tmp_path / "f.db"), "--attn",
+                                 "linear", "--seq", "64,128", "--mode", "fwd", "--shard", "1/1"])
+    assert r.exit_code == 1, r.output
+    assert "1 failed" in r.output and "linear fwd/bidir N=64 fp32" in r.output

@@ -32,20 +32,23 @@ def run_scaling_cmd(
     mem_budget: Optional[float] = typer.Option(None, "--mem-budget", help="GiB of address space per point "
                                                "(past it: oom)"),
     force: bool = clikit.FORCE,
+    shard: Optional[str] = clikit.SHARD,
 ) -> None:
     """Time, peak memory and FLOPs of each attention as N grows, gated on correctness; resumable."""
     from attnbench.errors import AttnbenchError
     from attnbench.spec import parse_specs
+    from attnbench.sweep import parse_shard
 
     from .runner import run_cli
 
     try:
         specs = parse_specs(attn, required=False) if attn is not None else None
-        result = run_cli(attn=specs or None, seq=seq, mode=mode, causal=causal, dtype=dtype, device=device,
+        parts = parse_shard(shard)
+        result = run_cli(shard=parts, attn=specs or None, seq=seq, mode=mode, causal=causal, dtype=dtype, device=device,
                          heads=heads, head_dim=head_dim, batch=batch, threads=threads, preset=preset, db=db,
                          time_budget=time_budget, mem_budget_gb=mem_budget, force=force, console=clikit.console,
                          argv=["attnbench", *clikit.argv_tail()])
     except (AttnbenchError, ValueError) as e:
         clikit.fail(str(e))
-    if result.interrupted:
-        raise typer.Exit(code=130)
+    if result.exit_code:  # 130 interrupted, 1 a point failed or was incorrect
+        raise typer.Exit(code=result.exit_code)

@@ -6,7 +6,9 @@ runs of this host whose process was killed are marked ``interrupted``
 (:meth:`attnbench.store.Store.reap_dead_runs`), and the machine (:func:`attnbench.provenance.machine`) is printed
 and recorded in the run's environment.
 
-For each point, in a fresh child (:func:`attnbench.bench.run_in_child`): the correctness gate at a small shape
+The loop is the one of every suite, :func:`attnbench.sweep.run_sweep` (skip finished points, ``--shard K/N``,
+statuses, summary, exit code); this module turns the plan into cells and measures one cell. For each point, in a
+fresh child (:func:`attnbench.bench.run_in_child`): the correctness gate at a small shape
 (status ``incorrect``, no timing, if it fails), the first call at N (its process-level peak memory), one call
 under the FLOP counter and the tensor-level memory count, then warm-up and repeated timing
 (:func:`attnbench.bench.measure_point`). The parent records one measurement
@@ -14,9 +16,10 @@ per point in the store as soon as the point ends, so Ctrl-C or a kill loses only
 re-run skips the points already finished (``force`` measures them again).
 
 A point that runs out of memory or over its time budget is recorded ``oom`` / ``timeout`` and the sweep goes
-on; larger N of the same (attention, task, dtype) are then recorded ``skipped`` (not attempted) instead of
-spending the budget again. A mechanism that has no form for the request (a bidirectional-only mechanism asked
-for causal) is recorded ``unsupported``.
+on; larger N of the same (attention spec, task, dtype) are then recorded ``skipped`` (not attempted) instead of
+spending the budget again (within one shard: with ``--shard``, the smaller N may be in another job's shard). A
+mechanism that has no form for the request (a bidirectional-only mechanism asked for causal) is recorded
+``unsupported``.
 
 Test hook: ``inject`` (or the environment variable ``ATTNBENCH_INJECT``) is a comma-separated list of
 ``kind:attention:N[:mode]`` with kind ``oom``, ``timeout`` or ``fail``: that point's child raises an
@@ -32,9 +35,9 @@ from typing import Any, Iterable
 
 from attnbench import bench, provenance, registry
 from attnbench.errors import AttnbenchError
-from attnbench.interrupts import sigterm_as_interrupt
 from attnbench.spec import AttentionSpec, as_specs
 from attnbench.store import Measurement, Store, point_hash
+from attnbench.sweep import Cell
 
 from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
 
@@ -204,11 +207,12 @@ def parse_inject(spec: str | None) -> dict[tuple, str]:
 
 @dataclasses.dataclass
 class ScalingResult:
-    run_id: str
+    run_id: str | None
     setting: str
-    records: list[Measurement]
+    records: list[Measurement]      # the records of this run, in the order they were measured
     resumed: int                    # points skipped because the store already had them finished
     interrupted: bool = False
+    exit_code: int = 0              # the sweep's: 0 ok, 1 a point failed or was incorrect, 130 interrupted
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -217,15 +221,15 @@ class ScalingResult:
         return out
 
 
-def _summary_line(m: Measurement) -> str:
+def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> str:
     from rich.markup import escape
 
-    if m.status != "ok":
-        why = (m.error or "").strip().splitlines()
-        return f"[yellow]{m.status}[/]" + (f" ({escape(why[-1][:120])})" if why else "")
+    if status != "ok":
+        why = (error or "").strip().splitlines()
+        return f"[yellow]{status}[/]" + (f" ({escape(why[-1][:120])})" if why else "")
     from attnbench.report import fmt_bytes, fmt_time
 
-    mt = m.metrics
+    mt = metrics
     med, iqr = mt.get("time_median_s"), mt.get("time_iqr_s") or 0.0
     gf = mt.get("gflops")
     parts = [f"[green]ok[/] {fmt_time(med)} ±{100 * iqr / med if med else 0:.0f}%"]
@@ -238,26 +242,43 @@ def _summary_line(m: Measurement) -> str:
     return " · ".join(parts)
 
 
-def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject: str | None = None,
-                console=None, progress: bool = True, argv: list[str] | None = None,
-                child: bool = True, machine: dict | None = None) -> ScalingResult:
-    """Measure every point of ``plan`` into ``store``; returns the new records.
+@dataclasses.dataclass
+class ScalingCell(Cell):
+    """A sweep cell whose payload is a :class:`Point`; named by the point (spec, task, N, dtype) in summaries."""
 
-    First, runs of this host whose process died are marked interrupted (:meth:`Store.reap_dead_runs`). The run's
-    environment records ``machine`` (:func:`attnbench.provenance.machine`; measured here when not given).
-    ``child=False`` measures in this process (no memory isolation, no time limit; for debugging only).
-    Ctrl-C (or SIGTERM) records the point in flight as ``interrupted``, marks the run interrupted and returns
-    with ``interrupted=True``; every finished point is already in the store.
+    @property
+    def label(self) -> str:
+        return self.payload.label()
+
+
+def cells_of(plan: ScalingPlan) -> list[Cell]:
+    """The plan's points as :class:`attnbench.sweep.Cell` s (N ascending within each attention, task, dtype)."""
+    return [ScalingCell(task=p.task, attention=p.attention, config_hash=plan.point_hash(p), options=dict(p.options),
+                 params=plan.params(p), dtype=p.dtype, seed=plan.preset.seed, payload=p) for p in plan.points]
+
+
+def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject: str | None = None,
+                console=None, progress: bool = True, argv: list[str] | None = None, child: bool = True,
+                machine: dict | None = None, shard: tuple[int, int] | None = None) -> ScalingResult:
+    """Measure every point of ``plan`` (of shard ``(K, N)`` if given) into ``store``; returns this run's records.
+
+    The loop is :func:`attnbench.sweep.run_sweep` (skip finished points, reap runs of dead processes, statuses,
+    Ctrl-C / SIGTERM -> the point in flight ``interrupted`` and the run interrupted, summary, exit code); each
+    point runs in a child process (``child=False``: in this process, no memory isolation, no time limit; for
+    debugging). Before the sweep the machine is measured (or ``machine``, already measured, is used) so the run's
+    environment records it. Larger N of an (attention spec, task, dtype) that ended ``oom`` / ``timeout``, in an
+    earlier run or earlier in this one, are recorded ``skipped``.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnbench.sweep import CellResult, run_sweep
 
     console = console or Console(stderr=True)
     injected = parse_inject(inject if inject is not None else os.environ.get(INJECT_ENV))
     pre = plan.preset
     mem_budget = int(pre.mem_budget_gb * 2**30) if pre.mem_budget_gb and pre.device == "cpu" else None
-    hashes = {id(p): plan.point_hash(p) for p in plan.points}
-    done = set() if force else store.finished(SUITE, hashes.values())
+    if machine is None or machine.get("matmul_fp32_gflops") is None:
+        provenance.machine(threads=plan.threads)   # provenance.environment() records it with the run
     failed_at: dict[tuple, tuple[int, str]] = {}
     if not force:
         for m in store.measurements(suite=SUITE, setting=plan.setting, status=("oom", "timeout")):
@@ -265,87 +286,70 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
             n = int(m.params.get("seq_len", 0))
             if key not in failed_at or n < failed_at[key][0]:
                 failed_at[key] = (n, m.status)
-    for note in store.reap_dead_runs():
-        console.print(f"[yellow]{note}[/]")
-    env = provenance.environment(pre.device, plan.threads)
-    env["host"]["machine"] = machine if machine is not None else provenance.machine(threads=plan.threads)
-    run = store.start_run(suite=SUITE, setting=plan.setting, config=plan.config(), device=pre.device,
-                          threads=plan.threads, argv=argv, env=env)
-    records: list[Measurement] = []
-    resumed = 0
-    interrupted = False
-    bar = Progress(TextColumn("[bold]scaling[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=console, disable=not progress, transient=False)
-    current: Point | None = None
-    started = None
 
-    def record(p: Point, status: str, *, impl=None, metrics=None, error=None, started_at=None) -> Measurement:
-        m = run.record(task=p.task, attention=p.attention, status=status, options=p.options, impl=impl,
-                       dtype=p.dtype, params=plan.params(p), metrics=metrics, seed=pre.seed, error=error,
-                       started_at=started_at)
-        store.add(m)
-        records.append(m)
-        return m
-
-    with sigterm_as_interrupt(), bar:
-        job = bar.add_task("", total=len(plan.points))
+    def run_cell(cell: Cell, ctx) -> CellResult:
+        p: Point = cell.payload
+        desc = registry.describe(p.attention)
+        if (p.causal and not desc["causal"]) or (not p.causal and not desc["bidirectional"]):
+            return CellResult("unsupported", error=f"{p.attention} has no {'causal' if p.causal else 'bidirectional'} "
+                                                   f"form")
+        key = (p.spec, p.task, p.dtype)
+        if key in failed_at and p.seq_len > failed_at[key][0]:
+            n0, st = failed_at[key]
+            return CellResult("skipped", error=f"not attempted: N={n0} already ended {st}")
+        kind = injected.get((p.attention, p.seq_len, p.mode)) or injected.get((p.attention, p.seq_len, None))
+        spec = bench.PointSpec(
+            attention=p.attention, seq_len=p.seq_len, mode=p.mode, causal=p.causal, dtype=p.dtype,
+            device=pre.device, batch=pre.batch, heads=pre.heads, head_dim=pre.head_dim, options=p.options,
+            seed=pre.seed, threads=plan.threads, check_seq_len=pre.check.seq_len, rtol=pre.check.rtol,
+            warmup_ms=pre.timing.warmup_ms, rep_ms=pre.timing.rep_ms, min_reps=pre.timing.min_reps,
+            max_reps=pre.timing.max_reps, inject=kind)
+        line = _in_flight(ctx, p)
         try:
-            for p in plan.points:
-                if hashes[id(p)] in done:
-                    resumed += 1
-                    bar.advance(job)
-                    continue
-                current, started = p, provenance.now()
-                bar.update(job, description=p.label())
-                key = (p.spec, p.task, p.dtype)
-                desc = registry.describe(p.attention)
-                if (p.causal and not desc["causal"]) or (not p.causal and not desc["bidirectional"]):
-                    form = "causal" if p.causal else "bidirectional"
-                    m = record(p, "unsupported", error=f"{p.attention} has no {form} form", started_at=started)
-                elif key in failed_at and p.seq_len > failed_at[key][0]:
-                    n0, st = failed_at[key]
-                    m = record(p, "skipped", error=f"not attempted: N={n0} already ended {st}", started_at=started)
-                else:
-                    kind = (injected.get((p.attention, p.seq_len, p.mode))
-                            or injected.get((p.attention, p.seq_len, None)))
-                    spec = bench.PointSpec(
-                        attention=p.attention, seq_len=p.seq_len, mode=p.mode, causal=p.causal, dtype=p.dtype,
-                        device=pre.device, batch=pre.batch, heads=pre.heads, head_dim=pre.head_dim,
-                        options=p.options, seed=pre.seed, threads=plan.threads, check_seq_len=pre.check.seq_len,
-                        rtol=pre.check.rtol, warmup_ms=pre.timing.warmup_ms, rep_ms=pre.timing.rep_ms,
-                        min_reps=pre.timing.min_reps, max_reps=pre.timing.max_reps, inject=kind)
-                    if child:
-                        out = bench.run_in_child(bench.measure_point, spec, timeout=pre.time_budget,
-                                                 mem_budget_bytes=mem_budget)
-                    else:
-                        out = bench.run_inline(bench.measure_point, spec)
-                    res = out.result or {}
-                    metrics = dict(res.get("metrics") or {})
-                    metrics["wall_s"] = round(out.wall_s, 3)
-                    m = record(p, out.status, impl=res.get("impl"), metrics=metrics, error=out.error,
-                               started_at=started)
-                    if out.status in ("oom", "timeout"):
-                        failed_at[key] = (p.seq_len, out.status)
-                current = None
-                bar.console.print(f"  {p.label():<44} {_summary_line(m)}")
-                bar.advance(job)
-        except KeyboardInterrupt:
-            interrupted = True
-            if current is not None:
-                record(current, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", started_at=started)
-    store.finish_run(run.run_id, "interrupted" if interrupted else "ok")
-    if resumed:
-        console.print(f"{resumed} point(s) already finished in {store.path} were skipped (--force re-measures)")
-    return ScalingResult(run_id=run.run_id, setting=plan.setting, records=records, resumed=resumed,
-                         interrupted=interrupted)
+            if child:
+                out = bench.run_in_child(bench.measure_point, spec, timeout=pre.time_budget,
+                                         mem_budget_bytes=mem_budget)
+            else:
+                out = bench.run_inline(bench.measure_point, spec)
+        finally:
+            if line is not None:
+                ctx.progress.remove_task(line)
+        res = out.result or {}
+        metrics = dict(res.get("metrics") or {})
+        metrics["wall_s"] = round(out.wall_s, 3)
+        if out.status in ("oom", "timeout"):
+            failed_at[key] = (p.seq_len, out.status)
+        return CellResult(out.status, metrics=metrics, impl=res.get("impl"), error=out.error)
+
+    def describe(o) -> str:
+        p: Point = o.cell.payload
+        return f"  {p.label():<44} {_summary_line(o.status, o.metrics, o.error)}"
+
+    summary = run_sweep(cells_of(plan), run_cell, suite=SUITE, setting=plan.setting, db=str(store.path),
+                        config=plan.config(), device=pre.device, threads=plan.threads, force=force, shard=shard,
+                        console=console, progress=progress, argv=argv, describe=describe)
+    records = store.measurements(run_id=summary.run_id) if summary.run_id else []
+    return ScalingResult(run_id=summary.run_id, setting=plan.setting, records=records,
+                         resumed=summary.counts().get("finished earlier", 0), interrupted=summary.interrupted,
+                         exit_code=summary.exit_code())
+
+
+def _in_flight(ctx, p: Point):
+    """A row of the sweep's progress display naming the point being measured (None without a display)."""
+    if ctx.progress is None:
+        return None
+    from rich.markup import escape
+
+    return ctx.progress.add_task(f"  {escape(p.label())}", total=None, info="")
 
 
 def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: str | None, causal: bool | None,
             dtype: str | None, device: str | None, heads: int | None, head_dim: int | None, batch: int | None,
             preset: str, db: str | None, time_budget: float | None, threads: int | None = None, force: bool = False,
             mem_budget_gb: float | None = None, console=None, argv: list[str] | None = None,
-            show_table: bool = True) -> ScalingResult:
-    """What ``attnbench run scaling`` does: plan, sweep into the store, print the leaderboard of the setting."""
+            show_table: bool = True, shard: tuple[int, int] | None = None) -> ScalingResult:
+    """What ``attnbench run scaling`` does: plan, sweep into the store (the points of ``shard`` only, if given),
+    print the leaderboard of the setting."""
     from rich.console import Console
 
     from rich.markup import escape
@@ -360,7 +364,8 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
         plan = plan_scaling(preset, attentions=attn or None,
                             seq=parse_seq_list(seq) if seq else None,
                             modes=[m.strip() for m in mode.split(",") if m.strip()] if mode else None,
-                            causal=causal, dtypes=[d.strip() for d in dtype.split(",") if d.strip()] if dtype else None,
+                            causal=causal,
+                            dtypes=[d.strip() for d in dtype.split(",") if d.strip()] if dtype else None,
                             device=device, batch=batch, heads=heads, head_dim=head_dim, threads=threads,
                             time_budget=time_budget, mem_budget_gb=mem_budget_gb)
     for w in caught:
@@ -370,11 +375,12 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
         console.print(escape(provenance.machine_line(machine)))
         console.print(f"[bold]{escape(plan.setting)}[/]: {len(plan.attentions)} attention(s) × "
                       f"{len(plan.points) // max(1, len(plan.attentions))} point(s) → {store.path}")
-        result = run_scaling(plan, store, force=force, console=console, argv=argv, machine=machine)
+        result = run_scaling(plan, store, force=force, console=console, argv=argv, machine=machine, shard=shard)
         if show_table:
             recs = store.measurements(suite=SUITE, setting=plan.setting)
             report.print_tables(SUITE, [report.Source(f"your runs ({store.path})", recs, committed=False)],
                                 console=console)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items())) or "nothing new"
-    console.print(f"run {result.run_id[:12]}: {counts}" + (" — [yellow]interrupted[/]" if result.interrupted else ""))
+    console.print(f"run {(result.run_id or '-')[:12]}: {counts}"
+                  + (" — [yellow]interrupted[/]" if result.interrupted else ""))
     return result
