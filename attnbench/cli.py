@@ -32,17 +32,21 @@ def _add_suite_commands() -> None:
 
 @app.command("list")
 def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, tsv or json (auto: table on a terminal, "
-                                     "tsv when piped, so `attnbench list | grep NAME` finds whole lines)")) -> None:
+                                     "tsv when piped, so `attnbench list | grep NAME` finds whole lines)"),
+             live: bool = clikit.flag(False, "--live", help="read the live registry (imports torch and every "
+                                      "mechanism, including plug-ins) instead of the built-in catalogue")) -> None:
     """Every registered attention: paper, forms, implementations, parameters."""
     import json
 
-    rows = [registry.describe(name) for name in registry.names()]
+    from . import catalog
+
+    rows = (None if live else catalog.load()) or catalog.live()
     fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
     if fmt == "json":
-        typer.echo(json.dumps(rows, indent=1, default=repr))
+        typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))
         return
     cells = [[d["name"], d["paper"], "yes" if d["bidirectional"] else "no", "yes" if d["causal"] else "no",
-              ", ".join(d["impls"]), ", ".join(f"{k}={v!r}" for k, v in d["options"].items()) or "-"] for d in rows]
+              ", ".join(d["impls"]), ", ".join(f"{k}={v}" for k, v in d["options"].items()) or "-"] for d in rows]
     header = ["name", "paper", "bidirectional", "causal", "impls", "options (defaults)"]
     if fmt == "tsv":
         for line in [header, *cells]:

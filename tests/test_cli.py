@@ -94,3 +94,21 @@ def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
     assert out.index("your runs") < out.index("committed reference results")
     bad = runner.invoke(app, ["table", "lrb", "--db", str(db)], env={"COLUMNS": "250"})
     assert bad.exit_code != 0 and "did you mean 'lra'" in bad.output
+
+
+def test_the_list_catalogue_equals_the_live_registry():
+    from attnbench import catalog
+
+    assert catalog.load() == catalog.live(), "attnbench/catalog.json is stale: run `python -m attnbench.catalog`"
+
+
+def test_list_answers_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; import attnbench.cli as c; "
+            "r = CliRunner().invoke(c.app, ['list']); assert r.exit_code == 0 and 'relu_quadratic' in r.output; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
