@@ -62,10 +62,11 @@ class Cell:
     dtype: Optional[str] = None
     seed: Optional[int] = None
     payload: Any = None
+    name: str = ""  # how summaries name the cell (default: "task · attention")
 
     @property
     def label(self) -> str:
-        return f"{self.task} · {self.attention}"
+        return self.name or f"{self.task} · {self.attention}"
 
 
 @dataclasses.dataclass
@@ -260,7 +261,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
                 except KeyboardInterrupt:
                     interrupted = True
                     result = CellResult("interrupted", error="interrupted (Ctrl-C or SIGTERM); rerun the same "
-                                                             "command to resume from the last checkpoint")
+                                                             "command to resume")
                 except Exception as exc:  # noqa: BLE001 - every failure of one cell is recorded, the sweep goes on
                     result = _result_of(exc)
                 if main:

@@ -430,3 +430,15 @@ def test_data_dir_without_preset_says_which_preset_runs(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):  # stop right after the announcement
         lra_train.run_lra(attentions=["softmax"], data_dir=str(tmp_path), console=console, progress=False)
     assert any("skyformer" in line and "--preset tiny" in line for line in out)
+
+
+def test_memory_below_resolution_is_none_with_a_reason_never_zero(monkeypatch):
+    from attnbench.bench import PeakRSS
+    from attnbench.train.memory import PeakMeter
+
+    if not PeakRSS.available():
+        pytest.skip("no /proc/self/status")
+    meter = PeakMeter(torch.device("cpu"))
+    monkeypatch.setattr(PeakRSS, "peak", lambda self: 0)  # what an allocator that reuses its pages reports
+    peak, how = meter.read()
+    assert peak is None and "below resolution" in how

@@ -17,7 +17,8 @@ def malloc_trim() -> None:
 
 
 class PeakMeter:
-    """Started on construction; :meth:`read` -> ``(peak bytes above the start or None, how it was measured)``."""
+    """Started on construction; :meth:`read` -> ``(peak bytes above the start, or None when unavailable or below
+    the measurement's resolution, and how it was measured)``."""
 
     def __init__(self, device) -> None:
         import torch
@@ -43,5 +44,7 @@ class PeakMeter:
         if self._rss is None:
             return None, "unavailable (no /proc/self/status)"
         how = "VmHWM reset via clear_refs" if self._rss.resettable else "VmHWM, no reset"
-        return (self._rss.peak(), f"CPU: peak RSS of the rank-0 process during the run minus its RSS at the start "
-                                  f"after malloc_trim ({how}; process-level, includes allocator caching)")
+        method = (f"CPU: peak RSS of the rank-0 process during the run minus its RSS at the start after "
+                  f"malloc_trim ({how}; process-level, includes allocator caching)")
+        peak, why = self._rss.measured()  # a rise below one page is not a measurement of 0 bytes
+        return (peak, method) if peak is not None else (None, f"{method}; {why}")

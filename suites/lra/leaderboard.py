@@ -168,15 +168,16 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                     continue
                 m = ok[-1].metrics
                 mem = m.get("peak_mem_bytes")
-                row.append(f"{m.get('train_samples_per_s', float('nan')):.1f}/s · "
-                           f"{(mem / 2**20) if isinstance(mem, (int, float)) else float('nan'):.0f} MiB · "
+                mem_s = f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res."
+                row.append(f"{m.get('train_samples_per_s', float('nan')):.1f}/s · {mem_s} · "
                            f"{m.get('wall_s', float('nan')):.0f} s")
                 total += sum(r.metrics.get("wall_s", 0.0) for r in ok)
             row.append(f"{total:.0f} s")
             eff_rows.append(row)
         methods = sorted({r.metrics.get("mem_method") for r in recs if r.metrics.get("mem_method")})
         out.append((f"LRA efficiency — {setting} · {device}", ["attention", *tasks, "wall (all cells)"], eff_rows,
-                    f"Training samples/s (global batch, training steps only) · peak memory ({'; '.join(methods)}) · "
+                    f"Training samples/s (global batch, training steps only) · peak memory "
+                    f"({'; '.join(methods) or 'method not recorded'}; < res. = below its resolution) · "
                     f"wall time of the cell (training, evaluation, checkpoints). Timings come from whatever machine "
                     f"ran the cells, often shared (see the load notes of committed results): rough ratios only."))
     return out

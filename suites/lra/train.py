@@ -538,7 +538,7 @@ def _line(o: Outcome) -> str:
     if r.status == "ok":
         m = r.metrics
         mem = m.get("peak_mem_bytes")
-        mem_s = f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "-"
+        mem_s = f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res."
         return (f"{head} [green]ok[/]  test {m['score']:.1f}% (majority {100 * m['majority_test_acc']:.1f}%, best "
                 f"val {100 * m['best_val_acc']:.1f}% @ step {m['best_step']})  {m['train_samples_per_s']:.1f} "
                 f"samples/s  peak {mem_s}  wall {m['wall_s']:.0f} s")

@@ -243,18 +243,11 @@ def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> st
 
 
 @dataclasses.dataclass
-class ScalingCell(Cell):
-    """A sweep cell whose payload is a :class:`Point`; named by the point (spec, task, N, dtype) in summaries."""
-
-    @property
-    def label(self) -> str:
-        return self.payload.label()
-
-
 def cells_of(plan: ScalingPlan) -> list[Cell]:
     """The plan's points as :class:`attnbench.sweep.Cell` s (N ascending within each attention, task, dtype)."""
-    return [ScalingCell(task=p.task, attention=p.attention, config_hash=plan.point_hash(p), options=dict(p.options),
-                 params=plan.params(p), dtype=p.dtype, seed=plan.preset.seed, payload=p) for p in plan.points]
+    return [Cell(task=p.task, attention=p.attention, config_hash=plan.point_hash(p), options=dict(p.options),
+                 params=plan.params(p), dtype=p.dtype, seed=plan.preset.seed, payload=p, name=p.label())
+            for p in plan.points]
 
 
 def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject: str | None = None,
