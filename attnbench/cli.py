@@ -95,12 +95,15 @@ def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", 
               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
               setting: Optional[str] = typer.Option(None, "--setting", help="only this setting"),
               committed: bool = clikit.flag(True, "--committed/--no-committed",
-                                             help="show the committed reference results (results/<suite>/)")) -> None:
+                                             help="show the committed reference results (results/<suite>/)"),
+              fmt: str = typer.Option("auto", "--format", help="rich, markdown, or auto: rich tables on a "
+                                      "terminal, markdown when piped (cells never fold)")) -> None:
     """Leaderboard of a suite from the store, beside the committed reference results."""
     from . import report
 
+    fmt = ("rich" if console.is_terminal else "markdown") if fmt == "auto" else fmt
     try:
-        report.table(suite, db=db, setting=setting, committed=committed, console=console)
+        report.table(suite, db=db, setting=setting, committed=committed, console=console, fmt=fmt)
     except (AttnbenchError, ValueError) as e:
         fail(str(e))
 

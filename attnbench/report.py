@@ -228,12 +228,14 @@ class View:
 
     ``rich(source)``: the rich tables of one source; ``markdown(source)``: the same as markdown text;
     ``plot(source, out_dir, prefix)``: the PNGs written (None: the suite has no plots); ``extra()``: tables shown
-    once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such)."""
+    once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such), and
+    ``extra_markdown()`` the same as markdown."""
 
     rich: Callable[[Source], list[Any]]
     markdown: Callable[[Source], str]
     plot: Callable[[Source, Path, str], list[Path]] | None = None
     extra: Callable[[], list[Any]] | None = None
+    extra_markdown: Callable[[], str] | None = None  # ``extra`` as markdown (``table --format markdown``)
 
 
 GENERIC = View(generic_rich, generic_markdown)
@@ -272,10 +274,13 @@ def print_tables(suite: str, sources: list[Source], console=None) -> int:
 
 
 def table(suite: str, *, db: str | None = None, setting: str | None = None, committed: bool = True,
-          console=None) -> int:
-    """``attnbench table <suite>``: the user's store, then the committed reference results (labelled)."""
+          console=None, fmt: str = "rich") -> int:
+    """``attnbench table <suite>``: the user's store, then the committed reference results (labelled). ``fmt``
+    ``rich`` (terminal tables) or ``markdown`` (plain text, for pipes and files: cells never fold)."""
     from rich.console import Console
 
+    if fmt not in ("rich", "markdown"):
+        raise ValueError(f"--format must be rich or markdown, got {fmt!r}")
     console = console or Console()
     sources = load_sources(suite, db=db, include_committed=committed, setting=setting)
     n = 0
@@ -286,10 +291,15 @@ def table(suite: str, *, db: str | None = None, setting: str | None = None, comm
     if not sources:
         console.print(f"no {suite} results: nothing in {resolve_db(db)} and no committed results/{suite}/*.jsonl; "
                       f"run `attnbench run {suite}` first")
-    else:
+    view = view_of(suite)
+    if fmt == "markdown":
+        texts = [view.markdown(src) for src in sources] + ([view.extra_markdown()] if view.extra_markdown else [])
+        for text in texts:
+            console.out(text, highlight=False)  # plain text: no markup, no folding
+        return len(texts)
+    if sources:
         n = print_tables(suite, sources, console=console)
-    extra = view_of(suite).extra
-    for t in extra() if extra else []:
+    for t in view.extra() if view.extra else []:
         console.print(t)
         console.print()
         n += 1

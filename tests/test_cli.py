@@ -74,10 +74,13 @@ def test_data_generators_write_files_the_readers_parse(tmp_path):
 
 
 def test_help_shows_plain_flags_without_a_type_label():
-    for cmd in (["run", "lra", "--help"], ["check", "--help"], ["table", "--help"]):
+    for cmd in (["run", "lra", "--help"], ["run", "scaling", "--help"], ["check", "--help"], ["table", "--help"]):
         out = runner.invoke(app, cmd, env={"COLUMNS": "200"}).output
         flagged = [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
         assert flagged == [], flagged
+        # every option has a help text: a row whose text column is empty ends right after its type label
+        bare = [line for line in out.splitlines() if line.rstrip(" │").endswith(("<int>", "<str>", "<float>"))]
+        assert bare == [], bare
 
 
 def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
@@ -112,3 +115,11 @@ def test_list_answers_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_piped_table_is_markdown_with_whole_cells():
+    out = runner.invoke(app, ["table", "scaling", "--db", "/nonexistent/none.db"], env={"COLUMNS": "80"}).output
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert rows, out[:2000]
+    assert all(line.rstrip().endswith("|") for line in rows)  # one row per line, nothing folded at 80 columns
+    assert runner.invoke(app, ["table", "lra", "--format", "html"]).exit_code == 2

@@ -246,7 +246,7 @@ def view():
     """The LRA view of :mod:`attnbench.report` (``attnbench table lra``): measured tables, then the reported."""
     from attnbench import report
 
-    return report.View(rich_view, markdown_view, extra=reported_rich)
+    return report.View(rich_view, markdown_view, extra=reported_rich, extra_markdown=reported_markdown)
 
 
 def print_leaderboard(*, setting: str | None = None, db: str | None = None, console=None,

@@ -17,13 +17,16 @@ def run_scaling_cmd(
     attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (default: the preset's)"),
     seq: Optional[str] = typer.Option(None, "--seq", help="sequence lengths, e.g. 1k,4k,16k,64k"),
     mode: Optional[str] = typer.Option(None, "--mode", help="fwd, fwd+bwd, or both comma-separated"),
-    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="force every point causal / "
+    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", metavar="", help="force every point causal / "
                                           "bidirectional (default: the preset's)"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="comma-separated: fp32, bf16, fp16, fp64"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda"),
-    heads: Optional[int] = typer.Option(None, "--heads"),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim"),
-    batch: Optional[int] = typer.Option(None, "--batch"),
+    heads: Optional[int] = typer.Option(None, "--heads", help="attention heads H of every point (default: the "
+                                        "preset's; another value is another setting, scaling/<preset>[h..])"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="head size D of q, k, v (default: the "
+                                           "preset's; another value is another setting)"),
+    batch: Optional[int] = typer.Option(None, "--batch", help="batch size B of every point (default: the "
+                                        "preset's; another value is another setting)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per point (0: all cores)"),
     preset: str = typer.Option("cpu-default", "--preset", help="embedded preset name or a .toml path"),
     db: Optional[str] = clikit.DB,

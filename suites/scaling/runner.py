@@ -242,7 +242,6 @@ def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> st
     return " · ".join(parts)
 
 
-@dataclasses.dataclass
 def cells_of(plan: ScalingPlan) -> list[Cell]:
     """The plan's points as :class:`attnbench.sweep.Cell` s (N ascending within each attention, task, dtype)."""
     return [Cell(task=p.task, attention=p.attention, config_hash=plan.point_hash(p), options=dict(p.options),
