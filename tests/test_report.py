@@ -126,8 +126,8 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (8, 0)
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (0, 1)
     sources = report.load_sources("scaling")
-    assert [src.committed for src in sources] == [True, False]
-    assert all(m.run_id != other for m in sources[1].records)
+    assert [src.committed for src in sources] == [False, True]  # the user's runs first
+    assert all(m.run_id != other for m in sources[0].records)
     out = io.StringIO()
     report.table("scaling", console=Console(file=out, width=200))
     text = out.getvalue()
