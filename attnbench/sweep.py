@@ -121,7 +121,7 @@ class SweepSummary:
     outcomes: list[Outcome]
     interrupted: bool = False
     run_id: Optional[str] = None
-    planned: int = 0  # cells of the whole grid (before --shard), plus those decided before the loop
+    planned: int = 0  # runnable cells of the whole grid (before --shard; not those skipped before the loop)
 
     @property
     def ran(self) -> list[Outcome]:
@@ -130,7 +130,8 @@ class SweepSummary:
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for o in self.outcomes:
-            key = "finished earlier" if o.skipped else o.result.status
+            key = o.result.status if not o.skipped else ("finished earlier" if o.result.status == "ok" else
+                                                         o.result.status)
             out[key] = out.get(key, 0) + 1
         return out
 
@@ -139,7 +140,7 @@ class SweepSummary:
             return 130
         if any(o.result.status in FAILING for o in self.ran):
             return 1
-        if not self.planned:  # nothing planned at all (e.g. every task lacked data); an empty shard is fine
+        if not self.planned:  # nothing could run (e.g. every task lacked data); an empty shard is fine
             return 1
         return 0
 
@@ -229,7 +230,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
     console = console or Console()
     main = dist is None or dist.main
     bcast = (lambda x: x) if dist is None else dist.broadcast
-    planned = len(cells) + len(skipped)
+    planned = len(cells)
     cells = shard_cells(cells, shard)
     store = Store(db) if main else None
     outcomes: list[Outcome] = list(skipped)

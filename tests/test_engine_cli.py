@@ -175,6 +175,13 @@ max_depth = 4
 max_args = 4
 min_length = 8
 max_length = 32
+[tasks.text]
+seq_len = 32
+batch_size = 8
+lr = 1e-3
+warmup = 2
+steps = 4
+eval_every = 2
 """
 
 
@@ -226,3 +233,44 @@ def test_submitit_local_runs_two_shards_into_stores_that_ingest_merges(tmp_path,
     with Store(tmp_path / "all.db") as s:
         merged = s.measurements(suite="lra")
     assert sorted(m.attention for m in merged) == ["linear", "softmax"] and {m.status for m in merged} == {"ok"}
+
+
+def test_a_run_with_nothing_to_run_exits_non_zero_and_says_why(tmp_path, preset):
+    p = _cli("run", "lra", "--attn", "softmax", "--tasks", "text", "--preset", str(preset), "--db",
+             str(tmp_path / "x.db"), "--out", str(tmp_path / "w"), cwd=tmp_path)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "skipped, no data" in p.stdout and "1 skipped" in p.stdout
+
+
+class _Killed(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_lra_checkpoint_is_one_line_and_force_recovers(tmp_path, preset, damage):
+    from attnbench.suites.lra.train import run_lra
+    from attnbench.train import TrainHooks
+
+    def kill(task, attn):
+        def hook(step, loss):
+            if step == 3:
+                raise _Killed
+
+        return TrainHooks(after_step=hook)
+
+    from rich.console import Console
+
+    quiet = Console(file=open(os.devnull, "w"))
+    with pytest.raises(_Killed):
+        run_lra(attentions=["softmax"], preset=str(preset), db=str(tmp_path / "d.db"), out=str(tmp_path / "w"),
+                console=quiet, progress=False, hooks=kill)
+    (ckpt,) = (tmp_path / "w" / "checkpoints").rglob("*.pt")
+    ckpt.write_bytes(ckpt.read_bytes()[:100] if damage == "truncated" else b"")
+    args = ("run", "lra", "--attn", "softmax", "--preset", str(preset), "--db", str(tmp_path / "d.db"), "--out",
+            str(tmp_path / "w"))
+    p = _cli(*args, cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if "failed" in x and "checkpoint" in x)
+    assert ckpt.name in p.stdout and "--force" in line
+    p = _cli(*args, "--force", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:]
