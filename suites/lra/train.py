@@ -290,7 +290,7 @@ def estimate_seconds(spec: AttentionSpec, preset: Preset, task: str, data: TaskD
 
     cfg, m = preset.task(task), preset.model
     local_bs = cfg.batch_size // world
-    probe = min(local_bs, 4)
+    probe = min(local_bs, 16)
     state = torch.get_rng_state()
     model = build_model(spec, vocab_size=data.train.vocab_size, num_classes=data.train.num_classes,
                         seq_len=cfg.seq_len, pair=task in PAIR_TASKS, pad_id=data.train.pad_id, dim=m.dim,
