@@ -52,7 +52,7 @@ class Timing:
 @dataclasses.dataclass
 class Check:
     seq_len: int = 128
-    rtol: float | None = None     # None: the per-dtype default of attnbench.bench.RTOL
+    rtol: float | None = None     # replaces the per-dtype floor of attnbench.tolerance (None: the policy's floor)
 
 
 @dataclasses.dataclass
