@@ -1,5 +1,6 @@
 """The CLI end to end: list and check, and their exit codes."""
 
+import pytest
 from typer.testing import CliRunner
 
 import attnbench
@@ -105,21 +106,15 @@ def test_the_list_catalogue_equals_the_live_registry():
     assert catalog.load() == catalog.live(), "attnbench/catalog.json is stale: run `python -m attnbench.catalog`"
 
 
-def test_list_answers_without_importing_torch():
+@pytest.mark.parametrize("args, expect", [(["--help"], "run"), (["run", "--help"], "lra"),
+                                          (["list"], "relu_quadratic")])
+def test_help_and_list_answer_without_importing_torch(args, expect):
     import subprocess
     import sys
 
     code = ("import sys; from typer.testing import CliRunner; import attnbench.cli as c; "
-            "r = CliRunner().invoke(c.app, ['list']); assert r.exit_code == 0 and 'relu_quadratic' in r.output; "
+            f"r = CliRunner().invoke(c.app, {args!r}); assert r.exit_code == 0 and {expect!r} in r.output, r.output; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
-
-
-def test_piped_table_is_markdown_with_whole_cells():
-    out = runner.invoke(app, ["table", "scaling", "--db", "/nonexistent/none.db"], env={"COLUMNS": "80"}).output
-    rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert rows, out[:2000]
-    assert all(line.rstrip().endswith("|") for line in rows)  # one row per line, nothing folded at 80 columns
-    assert runner.invoke(app, ["table", "lra", "--format", "html"]).exit_code == 2

@@ -138,15 +138,6 @@ def test_a_new_suite_is_one_registration(tmp_path, monkeypatch):
         registry._SUITES.pop("toy-suite")
 
 
-def test_help_and_list_do_not_import_torch():
-    code = ("import sys; from typer.testing import CliRunner; import attnbench.cli as c; "
-            "r = CliRunner().invoke(c.app, ['run', '--help']); assert r.exit_code == 0, r.output; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "False"
-
-
 # --- the generic CLI pieces through LRA -------------------------------------------------------------------------
 PRESET = """
 name = "toy"
