@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import registry
 from .checks import forward_backward
+from .errors import is_oom
 from .protocol import UnsupportedError
 from .tolerance import compare
 
@@ -54,26 +55,11 @@ MEM_METHOD_CPU_NORESET = "child-process peak RSS (VmHWM, no reset available) min
 MEM_METHOD_CUDA = "torch.cuda.max_memory_allocated minus allocated after inputs"
 TENSOR_MEM_METHOD = ("peak bytes of tensor storages alive at once during the call, created by its ops (inputs and "
                      "parameters not counted; scratch inside a single kernel not seen)")
-OOM_MARKERS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory",
-               "std::bad_alloc", "failed to allocate")
-
-
 def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}") from None
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is an out-of-memory failure (torch CPU/CUDA allocators, MemoryError)."""
-    if isinstance(exc, MemoryError):
-        return True
-    oom_cls = getattr(torch, "OutOfMemoryError", None)
-    if oom_cls is not None and isinstance(exc, oom_cls):
-        return True
-    msg = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(m in msg for m in OOM_MARKERS)
 
 
 # --- FLOPs ---------------------------------------------------------------------------------------------------

@@ -20,3 +20,17 @@ class ShapeError(AttnbenchError):
 
 class UnsupportedError(AttnbenchError):
     """A request the mechanism cannot honour (e.g. causal for a bidirectional-only mechanism)."""
+
+
+# Messages of the allocators' out-of-memory failures (torch CPU/CUDA, glibc, the C++ runtime).
+OOM_MARKERS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory",
+               "std::bad_alloc", "failed to allocate")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory failure (``MemoryError``, torch's ``OutOfMemoryError``, or a
+    ``RuntimeError`` with an allocator's message). Torch-free: matched by class name and message."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(m in msg for m in OOM_MARKERS)

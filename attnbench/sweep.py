@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from . import provenance
-from .errors import AttnbenchError
+from .errors import AttnbenchError, is_oom
 from .interrupts import sigterm_as_interrupt
 
 # Cell outcomes that make the command fail (oom / timeout are measurements of a point that is too large).
@@ -186,19 +186,10 @@ def shard_cells(cells: Sequence[Cell], shard: Optional[tuple[int, int]]) -> list
 
 
 # --- the loop -----------------------------------------------------------------------------------------------
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    name = type(exc).__name__
-    msg = str(exc).lower()
-    return name == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and (
-        "out of memory" in msg or "can't allocate memory" in msg or "defaultcpuallocator" in msg))
-
-
 def _result_of(exc: BaseException) -> CellResult:
     if isinstance(exc, CellError):
         return CellResult(exc.status, metrics=exc.metrics, error=str(exc))
-    if _is_oom(exc):
+    if is_oom(exc):
         return CellResult("oom", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     if isinstance(exc, TimeoutError):
         return CellResult("timeout", error=str(exc) or "timed out")
@@ -271,10 +262,11 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
                                          params=cell.params, metrics=result.metrics, seed=cell.seed,
                                          error=result.error, started_at=started, ended_at=provenance.now(),
                                          device=device, config_hash=cell.config_hash))
-                    out = Outcome(cell, result)
-                    bars.console.print(describe(out) if describe else default_line(out))
+                outcome = Outcome(cell, result)
+                if main:
+                    bars.console.print(describe(outcome) if describe else default_line(outcome))
                     bars.advance(overall)
-                outcomes.append(Outcome(cell, result))
+                outcomes.append(outcome)
                 if interrupted:
                     break
         if main:
