@@ -22,7 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .protocol import AttnbenchError, UnknownNameError
+from .errors import AttnbenchError, UnknownNameError
 
 
 class PresetError(AttnbenchError):
@@ -62,6 +62,13 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
             raise PresetError(f"{where}: expected a list, got {value!r}")
         (item,) = args or (Any,)
         return [coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:  # tuple[T, ...] or tuple[T1, T2]: a TOML array
+        if not isinstance(value, list):
+            raise PresetError(f"{where}: expected a list, got {value!r}")
+        items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(items) != len(value):
+            raise PresetError(f"{where}: expected {len(items)} values, got {value!r}")
+        return tuple(coerce(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(items, value)))
     if origin is dict:
         if not isinstance(value, dict):
             raise PresetError(f"{where}: expected a table, got {value!r}")

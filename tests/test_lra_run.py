@@ -22,7 +22,7 @@ import attnbench
 from typer.testing import CliRunner
 
 from attnbench.store import Store
-from attnbench.train import TrainHooks, step_seed
+from attnbench.train import TrainHooks, TrainOrder, step_seed
 from attnbench.suites.lra import config as C
 from attnbench.suites.lra import train as T
 from attnbench.suites.lra.model import LRAClassifier, LRADualClassifier, build_model, masked_mean
@@ -390,9 +390,9 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
 
 
 def test_train_order_and_sharding_are_deterministic():
-    o = T.TrainOrder(n=20, batch=8, seed=3)
+    o = TrainOrder(n=20, batch=8, seed=3)
     a = [o.indices(s).tolist() for s in range(5)]
-    b = [T.TrainOrder(n=20, batch=8, seed=3).indices(s).tolist() for s in range(5)]
+    b = [TrainOrder(n=20, batch=8, seed=3).indices(s).tolist() for s in range(5)]
     assert a == b and len(set(a[0] + a[1])) == 16  # no repeats within an epoch (2 batches of 8 of 20)
     assert a[2] != a[0]  # a new permutation for epoch 1
     assert step_seed(0, 5, 0) != step_seed(0, 5, 1) and step_seed(0, 5, 0) == step_seed(0, 5, 0)

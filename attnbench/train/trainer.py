@@ -95,6 +95,29 @@ class TrainResult:
         }
 
 
+class TrainOrder:
+    """The global batch of step ``s``: a slice of the permutation of epoch ``s // steps_per_epoch`` drawn from
+    ``(seed, epoch)`` (the incomplete last batch of an epoch is dropped). Each rank takes its contiguous share
+    (:meth:`shard`), so N processes train on the same global batches as one."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        if batch > n:
+            raise CellError(f"batch_size {batch} is larger than the training split ({n} examples)")
+        self.n, self.batch, self.seed = n, batch, seed
+        self.per_epoch = n // batch
+        self._epoch, self._perm = -1, None
+
+    def indices(self, step: int) -> np.ndarray:
+        epoch, j = divmod(step, self.per_epoch)
+        if epoch != self._epoch:
+            self._epoch, self._perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        return self._perm[j * self.batch:(j + 1) * self.batch]
+
+    def shard(self, step: int, rank: int, world: int) -> np.ndarray:
+        local = self.batch // world
+        return self.indices(step)[rank * local:(rank + 1) * local]
+
+
 def step_seed(seed: int, step: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, dtype=np.uint64)[0] % (2**63))
 

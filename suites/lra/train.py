@@ -37,7 +37,8 @@ from attnbench import provenance
 from attnbench.errors import AttnbenchError
 from attnbench.spec import AttentionSpec, as_specs
 from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import Dist, TrainConfig, TrainHooks, TrainTask, default_device, init_dist, shutdown, train
+from attnbench.train import (Dist, TrainConfig, TrainHooks, TrainOrder, TrainTask, default_device, init_dist,
+                             shutdown, train)
 from attnbench.train.memory import PeakMeter
 
 from . import data as lra_data
@@ -192,25 +193,6 @@ class Batches:
             x = torch.stack([it["inputs"] for it in items])
             x2 = torch.stack([it["inputs2"] for it in items]) if self.pair else None
         return x.to(device), (x2.to(device) if x2 is not None else None), self.y[t].to(device)
-
-
-class TrainOrder:
-    """The global batch of step ``s``: a slice of the permutation of epoch ``s // steps_per_epoch`` drawn from
-    ``(seed, epoch)`` (the incomplete last batch of an epoch is dropped)."""
-
-    def __init__(self, n: int, batch: int, seed: int):
-        if batch > n:
-            raise AttnbenchError(f"batch_size {batch} is larger than the training split ({n} examples)")
-        self.n, self.batch, self.seed = n, batch, seed
-        self.per_epoch = n // batch
-        self._epoch, self._perm = -1, None
-
-    def indices(self, step: int) -> np.ndarray:
-        epoch, j = divmod(step, self.per_epoch)
-        if epoch != self._epoch:
-            self._epoch, self._perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        return self._perm[j * self.batch:(j + 1) * self.batch]
-
 
 
 @torch.no_grad()
@@ -379,10 +361,9 @@ def run_cell(cell: Cell, ctx: CellContext, *, data: TaskData, preset: Preset, de
     train_b, val_b, test_b = Batches(data.train), Batches(data.val), Batches(data.test)
     order = TrainOrder(len(data.train), cfg.batch_size, cell.seed)
     val_idx = _eval_indices(len(data.val), cfg)
-    local_bs = cfg.batch_size // dist.world
 
     def batch(step: int, rank: int, world: int) -> tuple:
-        return train_b.get(order.indices(step)[rank * local_bs:(rank + 1) * local_bs], device)
+        return train_b.get(order.shard(step, rank, world), device)
 
     def loss(net, b, teacher) -> torch.Tensor:
         x, x2, y = b
