@@ -201,24 +201,39 @@ def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]
     return out
 
 
-def generic_rich(source: Source) -> list[Any]:
+#: A rendered leaderboard table: (title, header, rows, caption). Views build these; the two functions below render
+#: them, so every suite prints and exports the same way.
+TableData = tuple[str, list[str], list[list[str]], str]
+
+
+def rich_tables(tables: Iterable[TableData], style: str | None = None) -> list[Any]:
+    """rich ``Table`` s of ``tables`` (names left-aligned and never folded, numbers right-aligned)."""
     from rich.markup import escape
     from rich.table import Table
 
-    tables = []
-    for title, header, rows, caption in _generic_tables(source):
-        t = Table(title=escape(title), caption=escape(caption), caption_justify="left")
+    out = []
+    for title, header, rows, caption in tables:
+        t = Table(title=f"[bold]{escape(title)}[/]", caption=escape(caption), caption_justify="left",
+                  title_style=style)
         for h in header:
-            t.add_column(escape(h), overflow="fold")
+            name = h.startswith(("attention", "method", "impl"))
+            t.add_column(escape(h), justify="left" if name else "right", overflow="fold", no_wrap=name)
         for row in rows:
-            t.add_row(*[escape(c) for c in row])
-        tables.append(t)
-    return tables
+            t.add_row(*[escape(str(c)) for c in row])
+        out.append(t)
+    return out
+
+
+def markdown_tables(tables: Iterable[TableData]) -> str:
+    return "\n".join(f"#### {title}\n\n{md_table(h, rows)}\n\n{cap}\n" for title, h, rows, cap in tables)
+
+
+def generic_rich(source: Source) -> list[Any]:
+    return rich_tables(_generic_tables(source))
 
 
 def generic_markdown(source: Source) -> str:
-    return "\n".join(f"#### {title}\n\n{md_table(h, rows)}\n\n{cap}\n"
-                     for title, h, rows, cap in _generic_tables(source))
+    return markdown_tables(_generic_tables(source))
 
 
 @dataclasses.dataclass

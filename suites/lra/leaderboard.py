@@ -197,49 +197,29 @@ def reported_tables(tables: Iterable[ReportedTable] = REPORTED) -> list[tuple[st
 
 
 # --- rendering (the attnbench.report view) ---------------------------------------------------------------------
-def _rich(tables, style: str = "green") -> list[Any]:
-    from rich.markup import escape
-    from rich.table import Table
-
-    out = []
-    for title, header, rows, caption in tables:
-        t = Table(title=f"[bold]{escape(title)}[/]", caption=escape(caption), caption_justify="left",
-                  title_style=style)
-        for h in header:
-            t.add_column(escape(h), justify="left" if h.startswith(("attention", "method", "impl")) else "right",
-                         overflow="fold")
-        for row in rows:
-            t.add_row(*[escape(str(c)) for c in row])
-        out.append(t)
-    return out
-
-
-def _md(tables) -> str:
-    parts = []
-    for title, header, rows, caption in tables:
-        esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-        lines = ["| " + " | ".join(esc(h) for h in header) + " |",
-                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
-        parts.append(f"#### {title}\n\n" + "\n".join(lines) + f"\n\n{caption}\n")
-    return "\n".join(parts)
-
-
 def rich_view(source) -> list[Any]:
     """``attnbench.report`` view: the measured tables of one source (store or committed file)."""
-    return _rich(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
+    from attnbench.report import rich_tables
+
+    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
 
 
 def markdown_view(source) -> str:
-    return _md(measured_tables(source.records, source.label))
+    from attnbench.report import markdown_tables
+
+    return markdown_tables(measured_tables(source.records, source.label))
 
 
 def reported_rich() -> list[Any]:
-    return _rich(reported_tables(), "yellow")
+    from attnbench.report import rich_tables
+
+    return rich_tables(reported_tables(), "yellow")
 
 
 def reported_markdown() -> str:
-    return _md(reported_tables())
+    from attnbench.report import markdown_tables
+
+    return markdown_tables(reported_tables())
 
 
 def view():
