@@ -1,0 +1,14 @@
+"""Vision: ImageNet-subset / CIFAR / digits accuracy of every attention in the same ViT (``attnbench run
+vision``), the data readers (``data``), presets (``config``, ``presets/*.toml``), runner (``train``), and the
+leaderboard with the papers' reported ImageNet numbers (``leaderboard``, ``reported``).
+
+Importing this package registers the suite (cheaply: no torch); the modules above are imported on use.
+"""
+
+from attnbench.registry import Suite, register_suite
+
+from . import cli as _cli
+from .leaderboard import view as _view
+
+register_suite(Suite(name="vision", help="Train the same ViT with each attention; accuracy, speed, memory.",
+                     run=_cli.run_command, view=_view()))

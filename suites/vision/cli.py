@@ -1,0 +1,67 @@
+"""``attnbench run vision``: a typer command over :mod:`.train`. Torch-free at import."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import console, fail
+from attnbench.errors import AttnbenchError
+
+
+def run_command(
+    attn: str = typer.Option(..., "--attn", help=clikit.ATTN_HELP),
+    preset: str = typer.Option("tiny", "--preset", help="tiny (offline digits, CPU minutes), cifar10, imagenet100, "
+                               "imagenet1k, or a .toml path"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory holding the images: "
+                                           "cifar-10-batches-py/ or cifar-100-python/, or ImageNet's train/ and val/ "
+                                           "(not needed for tiny)"),
+    seed: int = clikit.SEED,
+    force: bool = clikit.FORCE,
+    db: Optional[str] = clikit.DB,
+    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints and job stores (default: "
+                                      "results/runs/vision)"),
+    nproc: int = clikit.NPROC,
+    shard: Optional[str] = clikit.SHARD,
+    launcher: str = clikit.LAUNCHER,
+    jobs: int = clikit.JOBS,
+    partition: Optional[str] = clikit.PARTITION,
+    gpus_per_job: int = clikit.GPUS,
+    job_minutes: int = clikit.TIMEOUT_MIN,
+) -> None:
+    """Train the same ViT with each attention on the same images and recipe; accuracy, speed and memory."""
+    import sys
+
+    from attnbench.spec import parse_specs
+    from attnbench.store import project_root
+    from attnbench.sweep import parse_shard
+
+    try:
+        specs = parse_specs(attn)
+        shard_kn = parse_shard(shard)
+        work = out or str(project_root() / "results" / "runs" / "vision")
+        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
+        from .config import load_preset
+
+        setting = load_preset(preset).key
+        if rc is None:
+            from attnbench.train import under_torchrun
+
+            from .train import run_vision
+
+            summary = run_vision(attentions=specs, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db,
+                                 out=out, shard=shard_kn, console=console, argv=sys.argv)
+            if under_torchrun():
+                raise typer.Exit(code=summary.exit_code())
+            rc = summary.exit_code()
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    from attnbench import report
+
+    console.print()
+    report.table("vision", db=db, setting=setting, console=console)
+    if rc:
+        raise typer.Exit(code=rc)

@@ -1,0 +1,134 @@
+"""Vision presets: TOML data (``presets/*.toml``) loaded into typed dataclasses; an unknown key is an error.
+
+A preset file has::
+
+    name, description, source          # strings; ``setting`` (default "vision/<name>") keys the results
+    [data]                             # DataConfig: which images, at what size
+    [model]                            # ModelConfig: the ViT (attnbench.models.vit) around the attention
+    [train]                            # attnbench.train.TrainConfig (steps, batch, lr, schedule, ...)
+    [recipe]                           # RecipeConfig: label smoothing, mixup / cutmix, evaluation batch, workers
+    [sweep]                            # ResolutionSweep: resolutions for throughput / memory after training
+    [attn_options.<attention>]         # build options of one mechanism (a spec's own options override them)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from attnbench import provenance
+from attnbench.presets import PresetError, build, check_keys, coerce, read_preset
+from attnbench.presets import preset_names as _preset_names
+from attnbench.train import TrainConfig
+
+DATA_KINDS = ("digits", "cifar10", "cifar100", "imagenet")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """``kind``: ``digits`` (scikit-learn's bundled 8x8 digits, upsampled: offline), ``cifar10`` / ``cifar100``
+    (python pickles under ``--data-dir``), ``imagenet`` (``train/<wnid>/``, ``val/<wnid>/`` under ``--data-dir``,
+    restricted to ``classes``: an embedded class list such as ``imagenet100``, a file, or a count)."""
+
+    kind: str
+    image_size: int
+    classes: Optional[Union[int, str]] = None
+    seed: int = 0  # the train / val / test split
+
+    def __post_init__(self) -> None:
+        if self.kind not in DATA_KINDS:
+            raise ValueError(f"data.kind must be one of {', '.join(DATA_KINDS)}, got {self.kind!r}")
+        if self.image_size < 8:
+            raise ValueError(f"data.image_size must be >= 8, got {self.image_size}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The ViT of :func:`attnbench.models.vit.build_vit`."""
+
+    size: str = "deit_tiny"
+    patch_size: int = 16
+    global_pool: str = "token"
+    drop_rate: float = 0.0
+    drop_path: float = 0.1
+    dwc_kernel: int = 0  # depthwise conv on V (0: off), recorded when on
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeConfig:
+    """What the DeiT recipe adds around the trainer (timm's parts): label smoothing, mixup / cutmix, and the
+    evaluation batch size and data-loader workers."""
+
+    label_smoothing: float = 0.1
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    augment: str = "auto"  # the train transform (suites/vision/data.py: auto, none, deit, cifar, ...)
+    eval_batch_size: int = 256
+    workers: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolutionSweep:
+    """After training, the same weights (position embedding resampled) evaluated at each of ``resolutions`` for
+    inference throughput and peak memory at ``batch`` images: the vision papers' high-resolution argument."""
+
+    resolutions: list[int] = dataclasses.field(default_factory=list)
+    batch: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionPreset:
+    name: str
+    data: DataConfig
+    train: TrainConfig
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    recipe: RecipeConfig = dataclasses.field(default_factory=RecipeConfig)
+    sweep: ResolutionSweep = dataclasses.field(default_factory=ResolutionSweep)
+    description: str = ""
+    source: str = ""
+    setting: str = ""
+    attn_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.setting or f"vision/{self.name}"
+
+    def options_for(self, attention: str) -> dict[str, Any]:
+        return dict(self.attn_options.get(attention, {}))
+
+    def identity(self) -> dict[str, Any]:
+        """What a cell trains, besides the attention: recorded and hashed into each cell's identity."""
+        return {"data": dataclasses.asdict(self.data), "model": dataclasses.asdict(self.model),
+                "train": self.train.to_dict(), "recipe": dataclasses.asdict(self.recipe),
+                "sweep": dataclasses.asdict(self.sweep)}
+
+    def identity_hash(self) -> str:
+        return provenance.config_hash(self.identity())
+
+
+def preset_names() -> list[str]:
+    return _preset_names(__package__)
+
+
+def load_preset(name_or_path: str | Path) -> VisionPreset:
+    """An embedded preset (``tiny``, ``cifar10``, ``imagenet100``, ``imagenet1k``) or a ``.toml`` file."""
+    data, file = read_preset(__package__, name_or_path, kind="vision")
+    top = ("name", "description", "source", "setting", "data", "model", "train", "recipe", "sweep", "attn_options")
+    check_keys(data, top, f"{file}: top level")
+    for k in ("name", "data", "train"):
+        if k not in data:
+            raise PresetError(f"{file}: top level: missing key {k!r}")
+    for k in ("name", "description", "source", "setting"):
+        if k in data and not isinstance(data[k], str):
+            raise PresetError(f"{file}: top level: key {k!r} must be a string")
+    return VisionPreset(
+        name=data["name"], data=build(DataConfig, data["data"], f"{file}: [data]"),
+        train=build(TrainConfig, data["train"], f"{file}: [train]"),
+        model=build(ModelConfig, data.get("model", {}), f"{file}: [model]"),
+        recipe=build(RecipeConfig, data.get("recipe", {}), f"{file}: [recipe]"),
+        sweep=build(ResolutionSweep, data.get("sweep", {}), f"{file}: [sweep]"),
+        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
+        attn_options=coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]"),
+        path=file)

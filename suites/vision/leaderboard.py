@@ -1,0 +1,131 @@
+"""The vision leaderboard: ``attnbench table vision``. One table per (setting, device): rows the attention
+specs, columns test top-1 (with its 95% interval and significance marks, as the LRA table), top-5, parameters,
+FLOPs per image, training and inference throughput, peak memory and wall time. The papers' reported ImageNet
+numbers (:mod:`.reported`) follow as separate tables labelled "reported", never mixed with measured rows."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+from attnbench.store import Measurement
+
+
+def _latest(records: Iterable[Measurement]) -> list[Measurement]:
+    best: dict[str, Measurement] = {}
+    for r in records:
+        cur = best.get(r.config_hash)
+        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
+        if cur is None or key(r) >= key(cur):
+            best[r.config_hash] = r
+    return list(best.values())
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
+    from attnbench.stats import above_rate_p, two_proportion_p, wilson_interval
+
+    groups: dict[tuple, list[Measurement]] = {}
+    for r in _latest(records):
+        groups.setdefault((r.setting, r.device), []).append(r)
+    out = []
+    for (setting, device), recs in sorted(groups.items()):
+        ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
+        best = max(ok, key=lambda r: r.metrics["score"], default=None)
+        rows = []
+        for r in sorted(recs, key=lambda r: (r.attention.split(":")[0] != "softmax",
+                                             -(r.metrics.get("score") or -1.0), r.attention)):
+            m = r.metrics
+            if r.status != "ok" or "score" not in m:
+                rows.append([r.attention, r.impl or "-", r.status, *["-"] * 7])
+                continue
+            n, p = int(m.get("n_test") or 0), m["score"] / 100
+            lo, hi = wilson_interval(p, n)
+            marks = "^" if r is best else ""
+            if r is not best and n and two_proportion_p(p, n, best.metrics["score"] / 100,
+                                                        int(best.metrics.get("n_test") or 0)) >= 0.05:
+                marks += "≈"
+            if n and m.get("majority_test_acc") is not None and above_rate_p(p, n, m["majority_test_acc"]) >= 0.05:
+                marks += "†"
+            mem = m.get("peak_mem_bytes")
+            rows.append([r.attention, r.impl or "-", f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}" + (f" {marks}" if marks else ""),
+                         f"{100 * m['test_top5']:.2f}" if m.get("num_classes", 0) >= 100 else "-",
+                         f"{m['n_params'] / 1e6:.2f} M", f"{m['flops_per_image'] / 1e9:.3g} G",
+                         f"{m['train_images_per_s']:.0f}", f"{m['infer_images_per_s']:.0f}",
+                         f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res.",
+                         f"{m['wall_s']:.0f} s"])
+        first = ok[-1] if ok else recs[-1]
+        fm, fp = first.metrics, first.params
+        names = sorted({r.device_name for r in recs if r.device_name})
+        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        cap = (f"{source_label}. Data: {fm.get('data', '?')}. Test top-1 (%) with the weights of the best validation "
+               f"step ± the half-width of its 95% Wilson interval over the test set (n = {fm.get('n_test', '?')}); "
+               f"^ best; ≈ not significantly different from the best (two-proportion test, p ≥ 0.05); † not above "
+               f"the majority class ({100 * (fm.get('majority_test_acc') or 0):.1f}%). Top-5 shown with ≥ 100 "
+               f"classes. FLOPs per image by torch.utils.flop_counter (matmul-class ops). Budget: "
+               f"{fp.get('steps')} steps × batch {fp.get('batch_size')} on {fm.get('n_train', '?')} training "
+               f"images, {fp.get('model')} ViT, {fp.get('image_size')}² px, patch {fp.get('patch_size')}, "
+               f"{fm.get('tokens', '?')} tokens" + (f", block options {fp.get('block_options')}"
+                                                    if fp.get("block_options") else "")
+               + f". Throughput and memory from whatever machine ran the cells. Commit {', '.join(commits)}.")
+        title = f"vision — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        out.append((title, ["attention", "impl", "top-1", "top-5", "params", "FLOPs/img", "train img/s",
+                            "infer img/s", "peak mem", "wall"], rows, cap))
+        sweep = resolution_table(ok, setting, device)
+        if sweep:
+            out.append(sweep)
+    return out
+
+
+def resolution_table(records: list[Measurement], setting: str, device: str):
+    """Inference images/s and peak memory of each trained model as the resolution grows (its ``sweep``)."""
+    sweeps = {r.attention: r.metrics.get("resolution_sweep") or [] for r in records}
+    resolutions = sorted({row["resolution"] for rows in sweeps.values() for row in rows})
+    if not resolutions:
+        return None
+    tokens = {row["resolution"]: row["tokens"] for rows in sweeps.values() for row in rows}
+    rows = []
+    for att, pts in sweeps.items():
+        by = {p["resolution"]: p for p in pts}
+        cells = []
+        for res in resolutions:
+            p = by.get(res)
+            if p is None:
+                cells.append("-")
+            elif p["status"] != "ok":
+                cells.append(p["status"])
+            else:
+                cells.append(f"{p['infer_images_per_s']:.0f}/s · {p['peak_mem_bytes'] / 2**20:.0f} MiB")
+        rows.append([att, *cells])
+    cap = ("The trained weights evaluated at each resolution (position embedding resampled): inference images/s "
+           "and peak memory of one forward pass (CUDA: the allocator's peak; CPU: tensor bytes alive at once, "
+           "allocator-independent). Same batch at every resolution (the preset's [sweep] batch).")
+    return (f"vision resolution sweep — {setting} · {device}",
+            ["attention", *[f"{res}² ({tokens[res]} tok)" for res in resolutions]], rows, cap)
+
+
+def _reported() -> list:
+    try:
+        from .reported import reported_for, reported_tables
+    except ImportError:  # pragma: no cover - the transcription is optional
+        return []
+    return reported_tables(reported_for(ablations=False))  # the main tables; ablations: suites/vision/reported.py
+
+
+def rich_view(source) -> list[Any]:
+    from attnbench.report import rich_tables
+
+    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
+
+
+def markdown_view(source) -> str:
+    from attnbench.report import markdown_tables
+
+    return markdown_tables(measured_tables(source.records, source.label))
+
+
+def view():
+    """The vision view of :mod:`attnbench.report`: measured tables, then the reported ones."""
+    from attnbench.report import View, markdown_tables, rich_tables
+
+    return View(rich_view, markdown_view, extra=lambda: rich_tables(_reported(), "yellow"),
+                extra_markdown=lambda: markdown_tables(_reported()))

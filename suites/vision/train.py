@@ -1,0 +1,338 @@
+"""The vision runner: the same ViT with only the attention swapped, on the same data and recipe, one cell per
+attention spec; accuracy beside speed and memory.
+
+``attnbench run vision`` -> :func:`run_vision`. The data of the preset (:mod:`.data`), the ViT of
+:func:`attnbench.models.vit.build_vit`, the shared trainer (:mod:`attnbench.train`: AdamW, warm-up + cosine,
+checkpoints and resume, ``--nproc`` DDP) and sweep (:mod:`attnbench.sweep`), the DeiT recipe's parts from timm
+(label smoothing, mixup / cutmix). Per cell the store gets top-1 (and top-5) on the test split at the best
+validation step (``score`` = test top-1 in %), the validation top-1 at the last step, parameters, FLOPs per
+image (``torch.utils.flop_counter``), training and inference throughput (images/s), peak memory, wall time.
+
+Determinism: the batch of step ``s`` is drawn from ``(seed, epoch)`` and the RNG (torch and numpy: mixup) is
+seeded from ``(seed, s, rank)``, so a run resumed from its checkpoint ends as an uninterrupted one (with
+``recipe.workers = 0``; data-loader workers draw augmentations from their own streams).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnbench.errors import AttnbenchError
+from attnbench.models import BlockOptions
+from attnbench.spec import AttentionSpec, as_specs
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
+from attnbench.train import (Dist, TrainHooks, TrainOrder, TrainTask, default_device, init_dist, shutdown, step_seed,
+                             train)
+from attnbench.train.memory import PeakMeter
+
+from .config import VisionPreset, load_preset
+
+SUITE = "vision"
+DEFAULT_WORK = Path("results") / "runs" / "vision"
+HooksFor = Callable[[str, str], TrainHooks]
+
+
+def build_model(spec: AttentionSpec | Sequence[AttentionSpec], pre: VisionPreset, num_classes: int):
+    from attnbench.models.vit import build_vit
+
+    m = pre.model
+    return build_vit(spec, size=m.size, img_size=pre.data.image_size, patch_size=m.patch_size,
+                     num_classes=num_classes, global_pool=m.global_pool, drop_rate=m.drop_rate,
+                     drop_path_rate=m.drop_path, options=BlockOptions(dwc_kernel=m.dwc_kernel))
+
+
+def tokens_of(pre: VisionPreset) -> int:
+    return (pre.data.image_size // pre.model.patch_size) ** 2 + (1 if pre.model.global_pool == "token" else 0)
+
+
+class StepBatches:
+    """The images and labels of rank ``rank``'s share of the global batch of a step, stacked on ``device``."""
+
+    def __init__(self, dataset, order: TrainOrder, device: torch.device):
+        self.dataset, self.order, self.device = dataset, order, device
+
+    def get(self, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+        items = [self.dataset[int(i)] for i in self.order.shard(step, rank, world)]
+        x = torch.stack([it[0] for it in items]).to(self.device)
+        y = torch.as_tensor([int(it[1]) for it in items], dtype=torch.long).to(self.device)
+        return x, y
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, dataset, bs: int, dist: Dist, device: torch.device) -> dict[str, float]:
+    """Top-1, top-5 and mean loss over ``dataset`` (sharded over the ranks, summed)."""
+    was = model.training
+    model.eval()
+    idx = np.arange(len(dataset))[dist.rank::dist.world]
+    sums = torch.zeros(4, dtype=torch.float64)
+    for s in range(0, len(idx), bs):
+        items = [dataset[int(i)] for i in idx[s:s + bs]]
+        x = torch.stack([it[0] for it in items]).to(device)
+        y = torch.as_tensor([int(it[1]) for it in items], dtype=torch.long, device=device)
+        logits = model(x).float()
+        top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # [B, 5]
+        sums[0] += (top[:, 0] == y).sum().item()
+        sums[1] += (top == y[:, None]).any(-1).sum().item()
+        sums[2] += F.cross_entropy(logits, y, reduction="sum").item()
+        sums[3] += len(y)
+    dist.all_reduce_sum(sums)
+    model.train(was)
+    n = max(sums[3].item(), 1.0)
+    return {"top1": sums[0].item() / n, "top5": sums[1].item() / n, "loss": sums[2].item() / n}
+
+
+def _recipe_loss(pre: VisionPreset, num_classes: int):
+    """``(mix, criterion)``: timm's Mixup (None when off) and the matching loss (soft-target CE with mixup,
+    else label-smoothing CE)."""
+    r = pre.recipe
+    if r.mixup > 0 or r.cutmix > 0:
+        from timm.data import Mixup
+        from timm.loss import SoftTargetCrossEntropy
+
+        mix = Mixup(mixup_alpha=r.mixup, cutmix_alpha=r.cutmix, label_smoothing=r.label_smoothing,
+                    num_classes=num_classes)
+        return mix, SoftTargetCrossEntropy()
+    if r.label_smoothing > 0:
+        from timm.loss import LabelSmoothingCrossEntropy
+
+        return None, LabelSmoothingCrossEntropy(smoothing=r.label_smoothing)
+    return None, torch.nn.CrossEntropyLoss()
+
+
+@torch.no_grad()
+def inference_throughput(model: torch.nn.Module, image_size: int, batch: int, device: torch.device,
+                         reps: int = 3) -> float:
+    """Images/s of a forward pass at ``batch`` images (best of ``reps`` after one warm-up)."""
+    was = model.training
+    model.eval()
+    x = torch.randn(batch, 3, image_size, image_size, device=device)
+    model(x)
+    best = float("inf")
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        model(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    model.train(was)
+    return batch / best
+
+
+def flops_per_image(model: torch.nn.Module, image_size: int, device: torch.device) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was = model.training
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(torch.randn(1, 3, image_size, image_size, device=device))
+    model.train(was)
+    return int(fc.get_total_flops())
+
+
+def resolution_sweep(model: torch.nn.Module, pre: VisionPreset, num_classes: int,
+                     device: torch.device) -> list[dict]:
+    """The trained weights at each resolution of ``pre.sweep`` (position embedding resampled): inference
+    images/s and peak memory of one forward at ``pre.sweep.batch`` images. Peak memory is the CUDA allocator's
+    peak on a GPU, else the tensor bytes alive at once (:class:`attnbench.bench.TensorMemory`, the same on any
+    CPU). A resolution that runs out of memory is recorded ``oom`` and the sweep goes on."""
+    import tempfile
+
+    from attnbench.bench import TensorMemory
+    from attnbench.errors import is_oom
+    from attnbench.models.vit import load_pretrained
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "weights.pt"
+        torch.save(model.state_dict(), path)
+        for res in pre.sweep.resolutions:
+            row = {"resolution": res, "tokens": (res // pre.model.patch_size) ** 2
+                   + (1 if pre.model.global_pool == "token" else 0)}
+            try:
+                at = dataclasses.replace(pre, data=dataclasses.replace(pre.data, image_size=res))
+                m = build_model(model.attnbench_specs, at, num_classes).to(device).eval()
+                load_pretrained(m, path)
+                x = torch.randn(pre.sweep.batch, 3, res, res, device=device)
+                with torch.no_grad():
+                    if device.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(device)
+                        base = torch.cuda.memory_allocated(device)
+                        m(x)
+                        row["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device) - base
+                    else:
+                        with TensorMemory() as tm:
+                            m(x)
+                        row["peak_mem_bytes"] = tm.peak
+                row["infer_images_per_s"] = inference_throughput(m, res, pre.sweep.batch, device)
+                row["status"] = "ok"
+            except Exception as e:  # noqa: BLE001 - a resolution that fails is recorded, the others still run
+                row["status"] = "oom" if is_oom(e) else "failed"
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            finally:
+                m = x = None  # noqa: F841 - free before the next resolution
+            out.append(row)
+    return out
+
+
+def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, device: str,
+               data_fingerprint: str) -> list[Cell]:
+    from attnbench.store import point_hash
+
+    cells = []
+    for spec in specs:
+        full = spec.with_defaults(pre.options_for(spec.name))
+        params = {"seed": seed, "preset": pre.name, "image_size": pre.data.image_size, "model": pre.model.size,
+                  "patch_size": pre.model.patch_size, "steps": pre.train.steps, "batch_size": pre.train.batch_size,
+                  "block_options": BlockOptions(dwc_kernel=pre.model.dwc_kernel).active(),
+                  "identity": pre.identity_hash(), "data": data_fingerprint}
+        h = point_hash(suite=SUITE, setting=pre.key, task=pre.data.kind, attention=spec.label,
+                       options=dict(full.options), params=params, dtype="float32", device=device)
+        cells.append(Cell(task=pre.data.kind, attention=spec.label, config_hash=h, options=dict(full.options),
+                          params=params, dtype="float32", seed=seed, payload=full))
+    return cells
+
+
+def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device: torch.device, work: Path,
+             hooks: Optional[HooksFor] = None) -> CellResult:
+    """Train, validate and test the ViT with one attention spec; resumes from its checkpoint if there is one."""
+    from attnbench.models.vit import resolve_impl
+
+    dist = ctx.dist
+    meter = PeakMeter(device)
+    torch.manual_seed(cell.seed)
+    model = build_model(cell.payload, pre, splits.num_classes).to(device)
+    impl = resolve_impl(model, device)
+    order = TrainOrder(len(splits.train), pre.train.batch_size, cell.seed)
+    batches = StepBatches(splits.train, order, device)
+    mix, criterion = _recipe_loss(pre, splits.num_classes)
+
+    def batch(step: int, rank: int, world: int):
+        x, y = batches.get(step, rank, world)
+        if mix is not None:
+            np.random.seed(step_seed(cell.seed, step, rank) % 2**32)  # timm's Mixup draws from numpy
+            x, y = mix(x, y)
+        return x, y
+
+    def loss(net, b, teacher):
+        x, y = b
+        return criterion(net(x).float(), y)
+
+    def validate(net):
+        return evaluate(net, splits.val, pre.recipe.eval_batch_size, dist, device)
+
+    slug = pre.key.replace("/", "_")
+    ckpt = work / "checkpoints" / slug / f"{cell.attention.replace(':', '_')}-{cell.config_hash}-seed{cell.seed}.pt"
+    result = train(model, pre.train, TrainTask(batch, loss, validate), seed=cell.seed, device=device,
+                   identity=cell.config_hash, checkpoint=ckpt, dist=dist, progress=ctx.progress, label=cell.label,
+                   hooks=hooks(cell.task, cell.attention) if hooks else None, restart=ctx.force)
+    test = evaluate(model, splits.test, pre.recipe.eval_batch_size, dist, device)
+    peak, mem_method = meter.read()
+    st = result.state
+    last = st.history[-1] if st.history else {}
+    metrics = {
+        "score": 100.0 * test["top1"], "test_top1": test["top1"], "test_top5": test["top5"],
+        "test_loss": test["loss"], "best_val_top1": st.best_value, "best_step": st.best_step,
+        "last_val_top1": last.get("top1"), "steps_run": st.step, "n_params": result.n_params,
+        "flops_per_image": flops_per_image(model, pre.data.image_size, device),
+        "train_images_per_s": st.samples / max(st.train_time, 1e-9),
+        "infer_images_per_s": inference_throughput(model, pre.data.image_size,
+                                                   min(pre.recipe.eval_batch_size, 64), device),
+        "train_time_s": st.train_time, "wall_s": result.wall_s, "peak_mem_bytes": peak, "mem_method": mem_method,
+        "world_size": dist.world, "threads": torch.get_num_threads(), "n_train": len(splits.train),
+        "n_val": len(splits.val), "n_test": len(splits.test), "num_classes": splits.num_classes,
+        "data": splits.origin, "tokens": tokens_of(pre), "resumed_from": st.resumed_from,
+        "val_history": [[h["step"], h["top1"], h["loss"]] for h in st.history],
+        "majority_test_acc": _majority(splits),
+        "resolution_sweep": resolution_sweep(model, pre, splits.num_classes, device),
+    }
+    if dist.main:
+        ckpt.unlink(missing_ok=True)
+    return CellResult("ok", metrics=metrics, impl=impl)
+
+
+def _majority(splits) -> float:
+    """Test accuracy of always predicting the most frequent training class."""
+    labels = lambda ds: np.asarray([int(ds[i][1]) for i in range(len(ds))])  # noqa: E731
+    train_labels = getattr(splits, "train_labels", None)
+    train_labels = np.asarray(train_labels) if train_labels is not None else labels(splits.train)
+    test_labels = getattr(splits, "test_labels", None)
+    test_labels = np.asarray(test_labels) if test_labels is not None else labels(splits.test)
+    cls = int(np.argmax(np.bincount(train_labels)))
+    return float(np.mean(test_labels == cls))
+
+
+def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | VisionPreset = "tiny",
+               data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
+               out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
+               hooks: Optional[HooksFor] = None, argv: Optional[list[str]] = None,
+               progress: bool = True) -> SweepSummary:
+    """Train and test the preset's ViT once per attention spec; see the module docstring."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from attnbench.store import project_root
+
+    from . import data as vision_data
+
+    console = console or Console()
+    specs = as_specs(attentions)
+    if not specs:
+        raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
+    pre = preset if isinstance(preset, VisionPreset) else load_preset(preset)
+    from attnbench.models.vit import VIT_SIZES
+
+    size = VIT_SIZES.get(pre.model.size)
+    if size is None:
+        raise AttnbenchError(f"{pre.path}: [model] size {pre.model.size!r} is not one of {', '.join(VIT_SIZES)}")
+    for spec in specs:  # a value the mechanism refuses fails here, before any data or cell
+        spec.with_defaults(pre.options_for(spec.name)).check_builds(heads=size.heads,
+                                                                     head_dim=size.embed_dim // size.heads,
+                                                                     seq_len=tokens_of(pre))
+    device = default_device()
+    dist = init_dist(device)
+    try:
+        work = Path(out) if out else project_root() / DEFAULT_WORK
+        splits = vision_data.build_splits(pre.data.kind, root=Path(data_dir) if data_dir else None,
+                                          image_size=pre.data.image_size, seed=pre.data.seed,
+                                          classes=pre.data.classes, augment=pre.recipe.augment)
+        say = console.print if dist.main else (lambda *a, **k: None)
+        say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed {seed}, "
+            f"device {device}" + (f", {dist.world} processes" if dist.enabled else "")
+            + f"\n  data: {escape(splits.origin)}")
+        cells = plan_cells(pre, specs, seed=seed, device=device.type, data_fingerprint=splits.fingerprint)
+        config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key,
+                  "attentions": [s.label for s in specs], "seed": seed, "nproc": dist.world, "data_dir": data_dir,
+                  **pre.identity()}
+
+        def one(cell: Cell, ctx: CellContext) -> CellResult:
+            return run_cell(cell, ctx, splits=splits, pre=pre, device=device, work=work, hooks=hooks)
+
+        return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
+                         threads=torch.get_num_threads(), force=force, shard=shard, console=console,
+                         progress=progress, argv=argv, dist=dist, describe=_line)
+    finally:
+        shutdown(dist)
+
+
+def _line(o: Outcome) -> str:
+    from rich.markup import escape
+
+    head = f"  {escape(o.cell.attention):<16}"
+    r = o.result
+    if r.status == "ok":
+        m = r.metrics
+        return (f"{head} [green]ok[/]  test top-1 {m['score']:.1f}% (best val {100 * m['best_val_top1']:.1f}% @ "
+                f"step {m['best_step']})  {m['train_images_per_s']:.0f} img/s train, "
+                f"{m['infer_images_per_s']:.0f} img/s inference  {m['flops_per_image'] / 1e9:.3g} GFLOPs  "
+                f"wall {m['wall_s']:.0f} s")
+    color = "yellow" if r.status == "interrupted" else "red"
+    return f"{head} [{color}]{r.status}[/]  {escape((r.error or o.skipped).splitlines()[0])}"

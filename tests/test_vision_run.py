@@ -1,0 +1,134 @@
+"""The vision suite end to end: the ViT with per-layer specs, checkpoints of a softmax ViT loading into any
+attention, the tiny preset learning the digits through the CLI, resume, and two gloo processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from rich.console import Console
+
+from attnbench.errors import AttnbenchError
+from attnbench.models.vit import SpecAttention, build_vit, load_pretrained, resolve_impl
+from attnbench.spec import parse_spec, parse_specs
+from attnbench.store import Store
+from attnbench.suites.vision.config import load_preset
+from attnbench.suites.vision.train import run_vision
+from attnbench.train import TrainHooks
+
+QUIET = Console(file=open(os.devnull, "w"), width=200)
+
+
+def small(pre=None, **train):
+    pre = pre or load_preset("tiny")
+    t = {"steps": 12, "warmup": 2, "eval_every": 6, **train}
+    return dataclasses.replace(pre, train=dataclasses.replace(pre.train, **t),
+                               model=dataclasses.replace(pre.model, size="cpu"))
+
+
+def records(db):
+    with Store(db) as s:
+        return s.measurements(suite="vision")
+
+
+# --- the model ------------------------------------------------------------------------------------------------
+def test_a_list_of_specs_builds_a_mixed_vit_and_each_layer_holds_its_attention():
+    specs = parse_specs("softmax,nala,mirrorla,stella")
+    vit = build_vit(specs, size="cpu", img_size=32, patch_size=4, num_classes=10)
+    assert [b.attn.mech.name for b in vit.blocks] == ["softmax", "nala", "mirrorla", "stella"]
+    assert all(isinstance(b.attn, SpecAttention) for b in vit.blocks)
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
+    vit(x).sum().backward()
+    assert x.grad is not None and resolve_impl(vit, "cpu") == "sdpa,torch"
+    with pytest.raises(ValueError, match="2 attention specs for 4 layers"):
+        build_vit(specs[:2], size="cpu", img_size=32, patch_size=4, num_classes=10)
+
+
+def test_a_softmax_checkpoint_round_trips_and_loads_into_a_linear_vit(tmp_path):
+    torch.manual_seed(0)
+    teacher = build_vit(parse_spec("softmax"), size="cpu", img_size=32, patch_size=4, num_classes=10)
+    path = tmp_path / "teacher.pt"
+    torch.save({"model": teacher.state_dict()}, path)
+    again = build_vit(parse_spec("softmax"), size="cpu", img_size=32, patch_size=4, num_classes=10)
+    assert load_pretrained(again, path) == []
+    x = torch.randn(2, 3, 32, 32)
+    teacher.eval(), again.eval()
+    torch.testing.assert_close(teacher(x), again(x), rtol=0, atol=0)
+    student = build_vit(parse_spec("performer"), size="cpu", img_size=32, patch_size=4, num_classes=10)
+    missing = load_pretrained(student, path)  # the mechanism's own buffers/params keep their initialisation
+    assert all(".attn.mech." in k for k in missing)
+    assert torch.equal(student.blocks[0].attn.qkv.weight, teacher.blocks[0].attn.qkv.weight)
+    other = build_vit(parse_spec("softmax"), size="cpu", img_size=32, patch_size=8, num_classes=10)
+    with pytest.raises(AttnbenchError, match="teacher.pt does not fit this model"):
+        load_pretrained(other, path)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(AttnbenchError, match="junk.pt is not a readable torch file"):
+        load_pretrained(other, tmp_path / "junk.pt")
+
+
+# --- the suite ------------------------------------------------------------------------------------------------
+def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
+    """The README's vision command on its offline default: softmax well above chance (>= 80% top-1)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    p = subprocess.run([sys.executable, "-m", "attnbench.cli", "run", "vision", "--attn", "softmax", "--db",
+                        str(tmp_path / "v.db"), "--out", str(tmp_path / "w")], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (m,) = records(tmp_path / "v.db")
+    assert m.status == "ok" and m.setting == "vision/tiny" and m.task == "digits"
+    assert m.metrics["test_top1"] >= 0.80, m.metrics["test_top1"]
+    assert m.metrics["majority_test_acc"] < 0.15 and "sklearn digits" in m.metrics["data"]
+    for key in ("flops_per_image", "n_params", "train_images_per_s", "infer_images_per_s", "wall_s"):
+        assert m.metrics[key] > 0, key
+    assert "vision — vision/tiny" in p.stdout and "reported (" in p.stdout
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_resume_after_a_kill_ends_as_an_uninterrupted_run(tmp_path):
+    pre = small(checkpoint_every=4)
+    ref = run_vision(attentions=["nala"], preset=pre, db=str(tmp_path / "ref.db"), out=str(tmp_path / "ref"),
+                     console=QUIET, progress=False).outcomes[0]
+
+    def kill(task, attn):
+        def hook(step, loss):
+            if step == 10:
+                raise Killed
+
+        return TrainHooks(after_step=hook)
+
+    with pytest.raises(Killed):
+        run_vision(attentions=["nala"], preset=pre, db=str(tmp_path / "k.db"), out=str(tmp_path / "k"),
+                   console=QUIET, progress=False, hooks=kill)
+    resumed = run_vision(attentions=["nala"], preset=pre, db=str(tmp_path / "k.db"), out=str(tmp_path / "k"),
+                         console=QUIET, progress=False).outcomes[0]
+    assert resumed.metrics["resumed_from"] == 8
+    for key in ("test_top1", "test_loss", "best_val_top1", "best_step"):
+        assert resumed.metrics[key] == ref.metrics[key], key
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+def test_two_gloo_processes_match_one(tmp_path):
+    toml = tmp_path / "p.toml"
+    from importlib import resources
+
+    text = (resources.files("attnbench.suites.vision") / "presets" / "tiny.toml").read_text()
+    toml.write_text(text.replace("steps = 600", "steps = 8").replace("warmup = 60", "warmup = 2")
+                    .replace("eval_every = 100", "eval_every = 4"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    base = [sys.executable, "-m", "attnbench.cli", "run", "vision", "--attn", "linear", "--preset", str(toml)]
+    one = subprocess.run(base + ["--db", str(tmp_path / "one.db"), "--out", str(tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    two = subprocess.run(base + ["--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0 and two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    (a,), (b,) = records(tmp_path / "one.db"), records(tmp_path / "two.db")
+    assert b.metrics["world_size"] == 2 and a.config_hash == b.config_hash
+    assert b.metrics["best_step"] == a.metrics["best_step"]
+    assert b.metrics["test_loss"] == pytest.approx(a.metrics["test_loss"], rel=1e-3)
