@@ -132,3 +132,34 @@ def test_two_gloo_processes_match_one(tmp_path):
     assert b.metrics["world_size"] == 2 and a.config_hash == b.config_hash
     assert b.metrics["best_step"] == a.metrics["best_step"]
     assert b.metrics["test_loss"] == pytest.approx(a.metrics["test_loss"], rel=1e-3)
+
+
+def test_data_loader_workers_give_the_same_batches_as_the_main_process():
+    from attnbench.suites.vision import data as vision_data
+    from attnbench.suites.vision.train import StepBatches
+    from attnbench.train import TrainOrder
+
+    splits = vision_data.build_splits("digits", image_size=16, augment="none")
+    order = TrainOrder(len(splits.train), 8, seed=0)
+    plain = StepBatches(splits.train, order, torch.device("cpu"))
+    workers = StepBatches(splits.train, order, torch.device("cpu"), workers=2)
+    for step in (0, 1, 2, 5, 6):  # a jump (a resume) restarts the loader at that step
+        a, b = plain.get(step, 1, 2), workers.get(step, 1, 2)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_cells_start_from_a_pretrained_checkpoint_and_a_misfit_fails_first(tmp_path):
+    pre = small(steps=4, eval_every=2)
+    torch.manual_seed(0)
+    teacher = build_vit(parse_spec("softmax"), size="cpu", img_size=32, patch_size=4, num_classes=10)
+    torch.save(teacher.state_dict(), tmp_path / "teacher.pt")
+    s = run_vision(attentions=["linear"], preset=pre, db=str(tmp_path / "p.db"), out=str(tmp_path / "w"),
+                   console=QUIET, progress=False, pretrained=str(tmp_path / "teacher.pt"))
+    (m,) = records(tmp_path / "p.db")
+    assert s.exit_code() == 0 and m.params["pretrained"].startswith("teacher.pt@")
+    wrong = build_vit(parse_spec("softmax"), size="cpu", img_size=32, patch_size=8, num_classes=10)
+    torch.save(wrong.state_dict(), tmp_path / "wrong.pt")
+    with pytest.raises(AttnbenchError, match="wrong.pt does not fit this model"):
+        run_vision(attentions=["linear"], preset=pre, db=str(tmp_path / "q.db"), out=str(tmp_path / "w"),
+                   console=QUIET, progress=False, pretrained=str(tmp_path / "wrong.pt"))
+    assert not (tmp_path / "q.db").exists() or records(tmp_path / "q.db") == []

@@ -18,6 +18,9 @@ def run_command(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory holding the images: "
                                            "cifar-10-batches-py/ or cifar-100-python/, or ImageNet's train/ and val/ "
                                            "(not needed for tiny)"),
+    pretrained: Optional[str] = typer.Option(None, "--pretrained", help="start every cell from this checkpoint (a "
+                                             "timm / DeiT / torch state dict of a ViT of the preset's size; a "
+                                             "softmax one loads into any attention)"),
     seed: int = clikit.SEED,
     force: bool = clikit.FORCE,
     db: Optional[str] = clikit.DB,
@@ -53,7 +56,8 @@ def run_command(
             from .train import run_vision
 
             summary = run_vision(attentions=specs, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db,
-                                 out=out, shard=shard_kn, console=console, argv=sys.argv)
+                                 out=out, shard=shard_kn, console=console, argv=sys.argv,
+                                 pretrained=pretrained)
             if under_torchrun():
                 raise typer.Exit(code=summary.exit_code())
             rc = summary.exit_code()

@@ -52,17 +52,44 @@ def tokens_of(pre: VisionPreset) -> int:
     return (pre.data.image_size // pre.model.patch_size) ** 2 + (1 if pre.model.global_pool == "token" else 0)
 
 
-class StepBatches:
-    """The images and labels of rank ``rank``'s share of the global batch of a step, stacked on ``device``."""
+class _StepSampler:
+    """Index lists of rank ``rank``'s share of the global batches of steps ``start, start + 1, ...``."""
 
-    def __init__(self, dataset, order: TrainOrder, device: torch.device):
-        self.dataset, self.order, self.device = dataset, order, device
+    def __init__(self, order: TrainOrder, start: int, rank: int, world: int):
+        self.order, self.start, self.rank, self.world = order, start, rank, world
+
+    def __iter__(self):
+        step = self.start
+        while True:
+            yield self.order.shard(step, self.rank, self.world).tolist()
+            step += 1
+
+
+class StepBatches:
+    """The images and labels of rank ``rank``'s share of the global batch of a step, stacked on ``device``.
+
+    ``workers = 0`` reads them in this process; with workers, a ``DataLoader`` over the same index lists decodes
+    and augments ahead (restarted at the requested step after a resume). Workers draw augmentations from their
+    own random streams, so only ``workers = 0`` makes a resumed run bit-identical."""
+
+    def __init__(self, dataset, order: TrainOrder, device: torch.device, workers: int = 0):
+        self.dataset, self.order, self.device, self.workers = dataset, order, device, workers
+        self._it, self._next = None, -1
 
     def get(self, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-        items = [self.dataset[int(i)] for i in self.order.shard(step, rank, world)]
-        x = torch.stack([it[0] for it in items]).to(self.device)
-        y = torch.as_tensor([int(it[1]) for it in items], dtype=torch.long).to(self.device)
-        return x, y
+        if not self.workers:
+            items = [self.dataset[int(i)] for i in self.order.shard(step, rank, world)]
+            x = torch.stack([it[0] for it in items])
+            y = torch.as_tensor([int(it[1]) for it in items], dtype=torch.long)
+        else:
+            if self._it is None or step != self._next:
+                loader = torch.utils.data.DataLoader(
+                    self.dataset, batch_sampler=_StepSampler(self.order, step, rank, world),
+                    num_workers=self.workers, pin_memory=self.device.type == "cuda", prefetch_factor=4)
+                self._it, self._next = iter(loader), step
+            x, y = next(self._it)
+            self._next += 1
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
 
 @torch.no_grad()
@@ -184,7 +211,7 @@ def resolution_sweep(model: torch.nn.Module, pre: VisionPreset, num_classes: int
 
 
 def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, device: str,
-               data_fingerprint: str) -> list[Cell]:
+               data_fingerprint: str, pretrained: Optional[str] = None) -> list[Cell]:
     from attnbench.store import point_hash
 
     cells = []
@@ -194,6 +221,8 @@ def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, 
                   "patch_size": pre.model.patch_size, "steps": pre.train.steps, "batch_size": pre.train.batch_size,
                   "block_options": BlockOptions(dwc_kernel=pre.model.dwc_kernel).active(),
                   "identity": pre.identity_hash(), "data": data_fingerprint}
+        if pretrained:
+            params["pretrained"] = pretrained  # "<file name>@<sha256 prefix>": what the cells start from
         h = point_hash(suite=SUITE, setting=pre.key, task=pre.data.kind, attention=spec.label,
                        options=dict(full.options), params=params, dtype="float32", device=device)
         cells.append(Cell(task=pre.data.kind, attention=spec.label, config_hash=h, options=dict(full.options),
@@ -202,17 +231,22 @@ def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, 
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device: torch.device, work: Path,
-             hooks: Optional[HooksFor] = None) -> CellResult:
+             hooks: Optional[HooksFor] = None, pretrained: Optional[Path] = None) -> CellResult:
     """Train, validate and test the ViT with one attention spec; resumes from its checkpoint if there is one."""
     from attnbench.models.vit import resolve_impl
 
     dist = ctx.dist
     meter = PeakMeter(device)
     torch.manual_seed(cell.seed)
-    model = build_model(cell.payload, pre, splits.num_classes).to(device)
+    model = build_model(cell.payload, pre, splits.num_classes)
+    if pretrained is not None:  # fine-tune from a checkpoint (a softmax ViT loads into any attention)
+        from attnbench.models.vit import load_pretrained
+
+        load_pretrained(model, pretrained)
+    model = model.to(device)
     impl = resolve_impl(model, device)
     order = TrainOrder(len(splits.train), pre.train.batch_size, cell.seed)
-    batches = StepBatches(splits.train, order, device)
+    batches = StepBatches(splits.train, order, device, pre.recipe.workers)
     mix, criterion = _recipe_loss(pre, splits.num_classes)
 
     def batch(step: int, rank: int, world: int):
@@ -255,8 +289,17 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device:
         "resolution_sweep": resolution_sweep(model, pre, splits.num_classes, device),
     }
     if dist.main:
+        weights = weights_path(work, pre, cell)  # the trained model (best validation step): a teacher for others
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), weights)
+        metrics["weights"] = str(weights)
         ckpt.unlink(missing_ok=True)
     return CellResult("ok", metrics=metrics, impl=impl)
+
+
+def weights_path(work: Path, pre: VisionPreset, cell: Cell) -> Path:
+    slug = pre.key.replace("/", "_")
+    return work / "models" / slug / f"{cell.attention.replace(':', '_')}-{cell.config_hash}-seed{cell.seed}.pt"
 
 
 def _majority(splits) -> float:
@@ -273,9 +316,10 @@ def _majority(splits) -> float:
 def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | VisionPreset = "tiny",
                data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
                out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
-               hooks: Optional[HooksFor] = None, argv: Optional[list[str]] = None,
-               progress: bool = True) -> SweepSummary:
-    """Train and test the preset's ViT once per attention spec; see the module docstring."""
+               hooks: Optional[HooksFor] = None, argv: Optional[list[str]] = None, progress: bool = True,
+               pretrained: Optional[str] = None) -> SweepSummary:
+    """Train and test the preset's ViT once per attention spec (from the weights of ``pretrained``, a timm /
+    DeiT / torch state dict, if given); see the module docstring."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -298,6 +342,9 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
                                                                      head_dim=size.embed_dim // size.heads,
                                                                      seq_len=tokens_of(pre))
     device = default_device()
+    if pre.train.precision != "fp32" and device.type != "cuda":
+        raise AttnbenchError(f"preset {pre.name}: precision {pre.train.precision!r} is autocast on CUDA only and "
+                             f"this machine has no GPU; copy the preset and set [train] precision = \"fp32\"")
     dist = init_dist(device)
     try:
         work = Path(out) if out else project_root() / DEFAULT_WORK
@@ -308,13 +355,26 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed {seed}, "
             f"device {device}" + (f", {dist.world} processes" if dist.enabled else "")
             + f"\n  data: {escape(splits.origin)}")
-        cells = plan_cells(pre, specs, seed=seed, device=device.type, data_fingerprint=splits.fingerprint)
+        ckpt_id = None
+        if pretrained:
+            import hashlib
+
+            path = Path(pretrained)
+            if not path.is_file():
+                raise AttnbenchError(f"--pretrained {path}: no such file")
+            ckpt_id = f"{path.name}@{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
+            from attnbench.models.vit import load_pretrained
+
+            load_pretrained(build_model(specs[0], pre, splits.num_classes), path)  # does it fit? before any cell
+        cells = plan_cells(pre, specs, seed=seed, device=device.type, data_fingerprint=splits.fingerprint,
+                           pretrained=ckpt_id)
         config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key,
                   "attentions": [s.label for s in specs], "seed": seed, "nproc": dist.world, "data_dir": data_dir,
                   **pre.identity()}
 
         def one(cell: Cell, ctx: CellContext) -> CellResult:
-            return run_cell(cell, ctx, splits=splits, pre=pre, device=device, work=work, hooks=hooks)
+            return run_cell(cell, ctx, splits=splits, pre=pre, device=device, work=work, hooks=hooks,
+                            pretrained=Path(pretrained) if pretrained else None)
 
         return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
                          threads=torch.get_num_threads(), force=force, shard=shard, console=console,
