@@ -163,3 +163,17 @@ def test_cells_start_from_a_pretrained_checkpoint_and_a_misfit_fails_first(tmp_p
         run_vision(attentions=["linear"], preset=pre, db=str(tmp_path / "q.db"), out=str(tmp_path / "w"),
                    console=QUIET, progress=False, pretrained=str(tmp_path / "wrong.pt"))
     assert not (tmp_path / "q.db").exists() or records(tmp_path / "q.db") == []
+
+
+def test_the_teacher_is_found_in_the_store_or_trained_first(tmp_path):
+    from attnbench.suites.vision.teacher import find_trained, get_teacher
+
+    pre = small(steps=4, eval_every=2)
+    db, out = str(tmp_path / "t.db"), str(tmp_path / "w")
+    assert find_trained(pre, db) is None
+    first = get_teacher(pre, 10, db=db, out=out, console=QUIET)  # trains the softmax model of the preset
+    assert first.origin == "trained now" and first.path.is_file() and first.test_top1 is not None
+    again = get_teacher(pre, 10, db=db, out=out)
+    assert again.origin == "store" and again.path == first.path and len(records(db)) == 1
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(first.model(x), again.model(x))
