@@ -272,3 +272,20 @@ def test_cell_errors_map_to_statuses(tmp_path):
     assert [m.status for m in measurements(tmp_path / "s.db")] == ["ok", "incorrect", "oom", "timeout", "failed"]
     empty = run_sweep([], run_cell, suite="toy", setting="toy/none", db=str(tmp_path / "s.db"), progress=False)
     assert empty.exit_code() == 1 and "nothing to run" in empty.line()
+
+
+def test_ema_is_what_is_evaluated_and_resumes_bit_identical(tmp_path):
+    cfg = TrainConfig(steps=6, batch_size=8, lr=0.05, eval_every=3, checkpoint_every=2, ema_decay=0.9)
+    plain_cfg = TrainConfig(steps=6, batch_size=8, lr=0.05, eval_every=3)
+    ema_model, ema_res = _train_inline(tmp_path, cfg=cfg)
+    raw_model, _ = _train_inline(tmp_path, cfg=plain_cfg)
+    assert not torch.equal(ema_model[0].weight, raw_model[0].weight)  # the kept weights are the average's
+    ckpt = tmp_path / "e.pt"
+    with pytest.raises(Killed):
+        _train_inline(tmp_path, cfg=cfg, ckpt=ckpt, hooks=_kill_after(5))
+    resumed, res = _train_inline(tmp_path, cfg=cfg, ckpt=ckpt)
+    assert res.state.resumed_from == 4
+    for a, b in zip(resumed.state_dict().values(), ema_model.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="ema_decay"):
+        TrainConfig(steps=3, batch_size=8, lr=0.1, ema_decay=1.0)

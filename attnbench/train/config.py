@@ -38,6 +38,8 @@ class TrainConfig:
     - ``frozen``: name patterns of parameters that are not trained; ``groups``: per-group learning rates.
     - ``precision``: ``bf16`` / ``fp16`` autocast (CUDA only); ``strategy``: ``ddp`` or ``fsdp`` (FSDP2) under
       torchrun.
+    - ``ema_decay`` > 0: an exponential moving average of the weights (torch's ``AveragedModel``) is what is
+      evaluated and kept as the best (DeiT's optional EMA); not with FSDP.
     """
 
     steps: int
@@ -66,6 +68,7 @@ class TrainConfig:
     groups: tuple[ParamGroup, ...] = ()
     precision: str = "fp32"
     strategy: str = "ddp"
+    ema_decay: float = 0.0  # > 0: evaluate (and keep as best) an exponential moving average of the weights
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -87,6 +90,8 @@ class TrainConfig:
                 bad(f"{k} must be one of {', '.join(allowed)}, got {getattr(self, k)!r}")
         if self.clip_grad_value < 0 or self.clip_grad_norm < 0:
             bad("clip_grad_value / clip_grad_norm must be >= 0")
+        if not 0.0 <= self.ema_decay < 1.0:
+            bad(f"ema_decay must be in [0, 1), got {self.ema_decay}")
 
     @property
     def eval_interval(self) -> int:

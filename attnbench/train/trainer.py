@@ -272,6 +272,7 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
     trainable = [p for g in opt.param_groups for p in g["params"]]
     st = TrainState()
     best_weights: Optional[dict] = None
+    saved: Optional[dict] = None
     if checkpoint is not None and restart and dist.main:
         checkpoint.unlink(missing_ok=True)
     dist.barrier()
@@ -287,6 +288,16 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
         _set_rng_states(saved["rng"])
     if teacher is not None:
         teacher.eval().requires_grad_(False)
+    ema = None
+    if cfg.ema_decay:
+        if fsdp:
+            raise CellError("ema_decay is not supported with strategy = \"fsdp\"")
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
+        if saved is not None:
+            ema.load_state_dict(saved["ema"])
+    evaluated = ema.module if ema is not None else model  # what is evaluated and kept as the best
 
     def save() -> None:
         if checkpoint is None:
@@ -296,7 +307,8 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
         payload = {"format": ckpt_io.FORMAT, "identity": identity, "seed": seed, "model": model_state,
                    "optimizer": opt_state, "scheduler": sched.state_dict(),
                    "scaler": scaler.state_dict() if scaler is not None else None,
-                   "state": dataclasses.asdict(state), "best_model": best_weights, "rng": _rng_states()}
+                   "state": dataclasses.asdict(state), "best_model": best_weights, "rng": _rng_states(),
+                   "ema": ema.state_dict() if ema is not None else None}
         if dist.main:
             ckpt_io.save_atomic(payload, checkpoint)
 
@@ -341,6 +353,8 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
             else:
                 opt.step()
             sched.step()
+            if ema is not None:
+                ema.update_parameters(model)
             st.train_time += time.perf_counter() - t0
             st.samples += cfg.batch_size
             st.step = step = step + 1
@@ -348,14 +362,14 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
             if hooks.after_step:
                 hooks.after_step(step, g)
             if step % cfg.eval_interval == 0 or step == cfg.steps:
-                metrics = task.evaluate(model)
+                metrics = task.evaluate(evaluated)
                 if cfg.metric not in metrics:
                     raise CellError(f"the evaluation returned {sorted(metrics)}, not the metric {cfg.metric!r}")
                 value = float(metrics[cfg.metric])
                 st.history.append({"step": step, **metrics})
                 if st.best_value is None or better(value, st.best_value):
                     st.best_value, st.best_step, st.since_best = value, step, 0
-                    best_weights = _full_states(model, None, fsdp)[0]
+                    best_weights = _full_states(evaluated, None, fsdp)[0]
                 else:
                     st.since_best += 1
                     if cfg.patience and st.since_best >= cfg.patience and step >= cfg.min_steps:
