@@ -1,0 +1,53 @@
+"""``attnbench run mixa``: a typer command over :mod:`.train`. Torch-free at import."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import console, fail
+from attnbench.errors import AttnbenchError
+
+
+def run_command(
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="the softmax ViT to start from (a timm / DeiT / "
+                                          "torch state dict of the vision preset's size); default: the vision "
+                                          "suite's softmax model of that preset, trained first if the store has "
+                                          "none"),
+    k: Optional[int] = typer.Option(None, "--k", help="layers kept quadratic (ReLU, Eqs. 4-5); default: the "
+                                    "preset's (tiny: 2 of 4)"),
+    preset: str = typer.Option("tiny", "--preset", help="tiny (offline digits, CPU minutes) or a .toml path"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="the vision preset's data folder (not needed "
+                                           "for tiny)"),
+    seed: int = clikit.SEED,
+    force: bool = clikit.FORCE,
+    db: Optional[str] = clikit.DB,
+    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints (default: results/runs/mixa)"),
+    shard: Optional[str] = clikit.SHARD,
+) -> None:
+    """MixA: score the teacher's layers (Eq. 3), keep the top-k quadratic, the rest SteLLA; KD fine-tune the mix
+    and its controls (all-SteLLA, last-k, random-k) from the teacher; accuracy, speed, memory."""
+    import sys
+
+    from attnbench.sweep import parse_shard
+
+    try:
+        shard_kn = parse_shard(shard)
+        from .config import load_preset
+
+        pre = load_preset(preset)
+        from .train import run_mixa
+
+        summary = run_mixa(preset=pre, teacher=teacher, k=k, data_dir=data_dir, seed=seed, force=force, db=db,
+                           out=out, shard=shard_kn, console=console, argv=sys.argv)
+        rc = summary.exit_code()
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    from attnbench import report
+
+    console.print()
+    report.table("mixa", db=db, setting=pre.key, console=console)
+    if rc:
+        raise typer.Exit(code=rc)

@@ -1,0 +1,143 @@
+"""MixA presets: TOML data (``presets/*.toml``) loaded into typed dataclasses; an unknown key is an error.
+
+A preset file has::
+
+    name, description, source, setting  # strings; ``setting`` (default "mixa/<name>") keys the results
+    vision                              # the vision preset (name or .toml path): data, ViT, recipe, teacher
+    [score]                             # ScoreConfig: the batches Eq. 3 is computed on, the form of A'
+    [select]                            # SelectConfig: k and the two mechanisms (Eqs. 4-5 and 6-7)
+    [kd]                                # KDConfig: soft-label distillation temperature and weight
+    [train]                             # attnbench.train.TrainConfig of the fine-tune of every variant
+    [controls]                          # ControlsConfig: all-SteLLA, last-k, random-k seeds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from attnbench import provenance
+from attnbench.presets import PresetError, build, check_keys, read_preset
+from attnbench.presets import preset_names as _preset_names
+from attnbench.train import TrainConfig
+
+LINEAR_MATRICES = ("effective", "eq7")  # = score.LINEAR_MATRICES (kept torch-free here)
+SCORE_SPLITS = ("train", "val")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreConfig:
+    """Eq. 3 over ``batches`` batches of ``batch_size`` images of the ``split`` (drawn with ``seed``); ``A'`` as
+    ``linear_matrix`` (``effective``: SteLLA's matrix times 1/N, what multiplies V; ``eq7``: Eq. 7 as
+    printed). See ``suites/mixa/score.py``."""
+
+    batches: int = 4
+    batch_size: int = 64
+    split: str = "train"
+    seed: int = 0
+    linear_matrix: str = "effective"
+
+    def __post_init__(self) -> None:
+        if self.batches < 1 or self.batch_size < 1:
+            raise ValueError(f"score: batches and batch_size must be >= 1, got {self.batches}, {self.batch_size}")
+        if self.split not in SCORE_SPLITS:
+            raise ValueError(f"score.split must be one of {', '.join(SCORE_SPLITS)}, got {self.split!r}")
+        if self.linear_matrix not in LINEAR_MATRICES:
+            raise ValueError(f"score.linear_matrix must be one of {', '.join(LINEAR_MATRICES)}, "
+                             f"got {self.linear_matrix!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectConfig:
+    """The top-``k`` layers get ``quadratic`` (ReLU quadratic attention, Eqs. 4-5), the rest ``linear`` (SteLLA,
+    Eqs. 6-7); specs, so options may be given (``stella:impl=reference``)."""
+
+    k: int = 6
+    quadratic: str = "relu_quadratic"
+    linear: str = "stella"
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ValueError(f"select.k must be >= 0, got {self.k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class KDConfig:
+    """Soft-label KD (Hinton et al.): ``alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * CE``."""
+
+    temperature: float = 1.0
+    alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"kd.temperature must be > 0, got {self.temperature}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"kd.alpha must be in [0, 1], got {self.alpha}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlsConfig:
+    """The controls run beside the selected mix: every layer SteLLA (k = 0), the last k layers quadratic, and k
+    random layers quadratic for each seed of ``random_seeds`` (Table 7's "QA" control)."""
+
+    all_stella: bool = True
+    last_k: bool = True
+    random_seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1, 2])
+
+
+@dataclasses.dataclass(frozen=True)
+class MixaPreset:
+    name: str
+    vision: Any  # suites.vision.config.VisionPreset: data, model, recipe
+    train: TrainConfig
+    score: ScoreConfig = dataclasses.field(default_factory=ScoreConfig)
+    select: SelectConfig = dataclasses.field(default_factory=SelectConfig)
+    kd: KDConfig = dataclasses.field(default_factory=KDConfig)
+    controls: ControlsConfig = dataclasses.field(default_factory=ControlsConfig)
+    description: str = ""
+    source: str = ""
+    setting: str = ""
+    path: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.setting or f"mixa/{self.name}"
+
+    def identity(self) -> dict[str, Any]:
+        """What a variant's cell depends on besides its layers and the teacher: recorded and hashed."""
+        return {"vision": self.vision.identity(), "train": self.train.to_dict(),
+                "score": dataclasses.asdict(self.score), "select": dataclasses.asdict(self.select),
+                "kd": dataclasses.asdict(self.kd)}
+
+    def identity_hash(self) -> str:
+        return provenance.config_hash(self.identity())
+
+
+def preset_names() -> list[str]:
+    return _preset_names(__package__)
+
+
+def load_preset(name_or_path: str | Path) -> MixaPreset:
+    """An embedded preset (``tiny``) or a ``.toml`` file."""
+    from attnbench.suites.vision.config import load_preset as load_vision
+
+    data, file = read_preset(__package__, name_or_path, kind="mixa")
+    top = ("name", "description", "source", "setting", "vision", "score", "select", "kd", "train", "controls")
+    check_keys(data, top, f"{file}: top level")
+    for k in ("name", "vision", "train"):
+        if k not in data:
+            raise PresetError(f"{file}: top level: missing key {k!r}")
+    for k in ("name", "description", "source", "setting", "vision"):
+        if k in data and not isinstance(data[k], str):
+            raise PresetError(f"{file}: top level: key {k!r} must be a string")
+    vision = data["vision"]  # an embedded vision preset, or a .toml path (relative: to the working directory)
+    return MixaPreset(
+        name=data["name"], vision=load_vision(vision),
+        train=build(TrainConfig, data["train"], f"{file}: [train]"),
+        score=build(ScoreConfig, data.get("score", {}), f"{file}: [score]"),
+        select=build(SelectConfig, data.get("select", {}), f"{file}: [select]"),
+        kd=build(KDConfig, data.get("kd", {}), f"{file}: [kd]"),
+        controls=build(ControlsConfig, data.get("controls", {}), f"{file}: [controls]"),
+        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
+        path=file)

@@ -1,0 +1,92 @@
+"""The MixA leaderboard: ``attnbench table mixa``. One table per (setting, device, teacher, k): the softmax
+teacher, then MixA's selected mix and the controls (all-SteLLA, last-k, random-k per seed), with test top-1 (95%
+Wilson interval, Δ vs the teacher), the quadratic layers, FLOPs per image, training and inference images/s and
+peak memory; the caption gives the Eq. 3 scores and the selected layers."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from attnbench.store import Measurement
+
+ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
+
+
+def _latest(records: Iterable[Measurement]) -> list[Measurement]:
+    best: dict[str, Measurement] = {}
+    for r in records:
+        cur = best.get(r.config_hash)
+        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
+        if cur is None or key(r) >= key(cur):
+            best[r.config_hash] = r
+    return list(best.values())
+
+
+def _mib(v) -> str:
+    return f"{v / 2**20:.1f} MiB" if isinstance(v, (int, float)) else "-"
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
+    from attnbench.stats import wilson_interval
+
+    groups: dict[tuple, list[Measurement]] = {}
+    for r in _latest(records):
+        p = r.params
+        groups.setdefault((r.setting, r.device, p.get("teacher"), p.get("k")), []).append(r)
+    out = []
+    for (setting, device, teacher, k), recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        rows = []
+        for r in sorted(recs, key=lambda r: (ORDER.get(r.attention, 4), r.attention)):
+            m = r.metrics
+            layers = r.params.get("quadratic_layers")
+            where = "all softmax" if layers is None else (", ".join(map(str, layers)) if layers else "none")
+            if r.status != "ok" or "score" not in m:
+                rows.append([r.attention, where, r.status, *["-"] * 7])
+                continue
+            n, p = int(m.get("n_test") or 0), m["score"] / 100
+            lo, hi = wilson_interval(p, n)
+            delta = m.get("delta_vs_teacher")
+            tr = m.get("train_images_per_s")
+            rows.append([r.attention, where, f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}",
+                         "-" if delta is None or layers is None else f"{delta:+.2f}",
+                         f"{m['flops_per_image'] / 1e6:.3g} M", "-" if tr is None else f"{tr:.0f}",
+                         f"{m['infer_images_per_s']:.0f}", _mib(m.get("infer_peak_mem_bytes")),
+                         _mib(m.get("peak_mem_bytes")), f"{m['wall_s']:.0f} s"])
+        ok = [r for r in recs if r.status == "ok" and r.metrics.get("scores")]
+        first = ok[-1] if ok else recs[-1]
+        fm, fp = first.metrics, first.params
+        scores = fm.get("scores") or []
+        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        cap = (f"{source_label}. MixA (Ahmed et al. 2025): Eq. 3 scores I_A per layer "
+               + ", ".join(f"{i}: {s:.3g}" for i, s in enumerate(scores))
+               + f" (A' = {fp.get('linear_matrix')}, {fp.get('score_batches')} × {fp.get('score_batch_size')} "
+               f"{fp.get('score_split')} images); top-{k} selected: {fp.get('selected_layers')}. Quadratic layers "
+               f"are ReLU quadratic attention (Eqs. 4-5), the rest SteLLA (Eqs. 6-7); every variant fine-tuned "
+               f"{fp.get('steps')} steps × batch {fp.get('batch_size')} from the teacher's weights with KD (T = "
+               f"{fp.get('kd_temperature')}, α = {fp.get('kd_alpha')}). Teacher {teacher}. Data: {fm.get('data', '?')}. "
+               f"Test top-1 (%) at the best validation step ± half-width of the 95% Wilson interval (n = "
+               f"{fm.get('n_test', '?')}); Δ: points vs the teacher. FLOPs per image by torch.utils.flop_counter; "
+               f"infer mem: tensor bytes of one forward at {fm.get('infer_batch', '?')} images (CUDA: allocator "
+               f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}.")
+        out.append((f"mixa — {setting} · {device} · k = {k}",
+                    ["variant", "quadratic layers", "top-1", "Δ teacher", "FLOPs/img", "train img/s",
+                     "infer img/s", "infer mem", "train mem", "wall"], rows, cap))
+    return out
+
+
+def rich_view(source) -> list[Any]:
+    from attnbench.report import rich_tables
+
+    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
+
+
+def markdown_view(source) -> str:
+    from attnbench.report import markdown_tables
+
+    return markdown_tables(measured_tables(source.records, source.label))
+
+
+def view():
+    from attnbench.report import View
+
+    return View(rich_view, markdown_view)
