@@ -1,0 +1,79 @@
+"""``attnbench run adala``: a typer command over :mod:`.pipeline`. Torch-free at import."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import console, fail
+from attnbench.errors import AttnbenchError
+
+
+def run_command(
+    attn: str = typer.Option("linear", "--attn", help="student attention spec(s), comma-separated: linear (ELU+1, "
+                             "the paper's) or any registered linear attention (nala, mirrorla, ...)"),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="the softmax ViT checkpoint (a state dict of the "
+                                          "vision preset's ViT); default: the one `attnbench run vision --attn "
+                                          "softmax` trained on that preset, trained first if absent"),
+    stages: str = typer.Option("1,2,3", "--stages", help="which stages run, e.g. 1,2,3 / 2,3 / 3 (1: attention "
+                               "alignment, 2: feature alignment, 3: supervised fine-tuning)"),
+    ablation: bool = clikit.flag(False, "--ablation", help="run the paper's Table 3 stage sets (3, 1+3, 2+3, "
+                                 "1+2+3; the preset's [adala] ablation) instead of --stages"),
+    preset: str = typer.Option("tiny", "--preset", help="tiny (offline digits teacher, CPU minutes) or a .toml path"),
+    scratch: bool = clikit.flag(True, "--scratch/--no-scratch", help="also measure the vision suite's "
+                                "from-scratch model of each student attention at the pipeline's step budget "
+                                "(trained first if absent)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="the vision preset's image directory (not "
+                                           "needed for tiny)"),
+    seed: int = clikit.SEED,
+    force: bool = clikit.FORCE,
+    db: Optional[str] = clikit.DB,
+    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints, stage weights, models "
+                                      "(default: results/runs/adala)"),
+    nproc: int = clikit.NPROC,
+    shard: Optional[str] = clikit.SHARD,
+    launcher: str = clikit.LAUNCHER,
+    jobs: int = clikit.JOBS,
+    partition: Optional[str] = clikit.PARTITION,
+    gpus_per_job: int = clikit.GPUS,
+    job_minutes: int = clikit.TIMEOUT_MIN,
+) -> None:
+    """Linearise a softmax ViT into a linear attention in ViT-AdaLA's three stages; beside the teacher and the
+    from-scratch model: accuracy after every stage, loss curves, speed and memory."""
+    import sys
+
+    from attnbench.spec import parse_specs
+    from attnbench.store import project_root
+    from attnbench.sweep import parse_shard
+
+    try:
+        specs = parse_specs(attn)
+        shard_kn = parse_shard(shard)
+        from .config import load_preset, parse_stages
+
+        parse_stages(stages)
+        pre = load_preset(preset)
+        work = out or str(project_root() / "results" / "runs" / "adala")
+        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
+        if rc is None:
+            from attnbench.train import under_torchrun
+
+            from .pipeline import run_adala
+
+            summary = run_adala(attentions=specs, preset=pre, stages=stages, ablation=ablation, teacher=teacher,
+                                scratch=scratch, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
+                                shard=shard_kn, console=console, argv=sys.argv)
+            if under_torchrun():
+                raise typer.Exit(code=summary.exit_code())
+            rc = summary.exit_code()
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    from attnbench import report
+
+    console.print()
+    report.table("adala", db=db, setting=pre.key, console=console)
+    if rc:
+        raise typer.Exit(code=rc)

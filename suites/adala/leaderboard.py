@@ -1,0 +1,99 @@
+"""The ViT-AdaLA leaderboard: ``attnbench table adala``. One table per (setting, device): the softmax teacher,
+each student attention's from-scratch model (the vision suite's, at the pipeline's step budget), and each stage
+set the pipeline ran (``stages 1+2+3``, Table 3's ablation rows), with test top-1 (95% interval), the top-1 after
+each stage, each stage's training loss first -> last, parameters, FLOPs, inference throughput and peak memory."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from attnbench.store import Measurement
+
+
+def _latest(records: Iterable[Measurement]) -> list[Measurement]:
+    best: dict[str, Measurement] = {}
+    for r in records:
+        cur = best.get(r.config_hash)
+        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
+        if cur is None or key(r) >= key(cur):
+            best[r.config_hash] = r
+    return list(best.values())
+
+
+def _order(r: Measurement) -> tuple:
+    kind = {"teacher": 0, "scratch": 1}.get(r.task, 2)
+    return (kind, r.attention, -len(r.task), r.task)
+
+
+def _pct(v) -> str:
+    return f"{100 * v:.1f}" if isinstance(v, (int, float)) else "-"
+
+
+def _loss(s: dict | None) -> str:
+    if not s or s.get("first_train_loss") is None:
+        return "-"
+    return f"{s['first_train_loss']:.2g}→{s['final_train_loss']:.2g}"
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
+    from attnbench.stats import wilson_interval
+
+    groups: dict[tuple, list[Measurement]] = {}
+    for r in _latest(records):
+        groups.setdefault((r.setting, r.device), []).append(r)
+    out = []
+    for (setting, device), recs in sorted(groups.items()):
+        rows = []
+        for r in sorted(recs, key=_order):
+            m = r.metrics
+            what = r.task.removeprefix("stages ") if r.task.startswith("stages ") else r.task
+            if r.status != "ok" or "score" not in m:
+                rows.append([r.attention, what, r.status, *["-"] * 6])
+                continue
+            n, p = int(m.get("n_test") or 0), m["score"] / 100
+            lo, hi = wilson_interval(p, n)
+            st = m.get("stages") or {}
+            mem = m.get("infer_peak_mem_bytes")
+            rows.append([r.attention, what, f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}",
+                         " / ".join(_pct((st.get(k) or {}).get("test_top1")) for k in "12"),
+                         "; ".join(_loss(st.get(k)) for k in "123" if k in st) or "-",
+                         f"{m['n_params'] / 1e6:.3f} M · {m['flops_per_image'] / 1e6:.3g} MFLOPs",
+                         f"{m['infer_images_per_s']:.0f}",
+                         f"{mem / 2**20:.1f} MiB" if isinstance(mem, (int, float)) else "-",
+                         f"{m['wall_s']:.0f} s" if m.get("wall_s") is not None else "-"])
+        ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
+        first = ok[-1] if ok else recs[-1]
+        fm, fp = first.metrics, first.params
+        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        names = sorted({r.device_name for r in recs if r.device_name})
+        cap = (f"{source_label}. Data: {fm.get('data', '?')}. Teacher: the softmax ViT {fp.get('teacher', '?')} "
+               f"(vision preset {fp.get('vision_preset', '?')}). Rows: the teacher; 'scratch', the vision suite's "
+               f"model of the attention trained from scratch for as many steps as stages 1+2+3 together; then the "
+               f"stage sets run (Table 3: 3 = direct swap + fine-tuning). Test top-1 (%) ± the half-width of its "
+               f"95% Wilson interval (n = {fm.get('n_test', '?')}); 'after 1 / 2': test top-1 after stage 1 / 2 "
+               f"(with the teacher's head). Stage losses: each stage's training loss, first step→mean of the last "
+               f"10, in stage order (1: Eq. 3, 2: Eq. 4, 3: cross-entropy). FLOPs per image by torch.utils.flop_counter; inference "
+               f"images/s and the peak memory of one forward at batch {fm.get('mem_batch', '?')} (CPU: tensor bytes "
+               f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.")
+        title = f"adala — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        out.append((title, ["attention", "stages", "top-1", "after 1 / 2", "stage losses",
+                            "params · FLOPs/img", "infer img/s", "peak mem", "train wall"], rows, cap))
+    return out
+
+
+def rich_view(source) -> list[Any]:
+    from attnbench.report import rich_tables
+
+    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
+
+
+def markdown_view(source) -> str:
+    from attnbench.report import markdown_tables
+
+    return markdown_tables(measured_tables(source.records, source.label))
+
+
+def view():
+    from attnbench.report import View
+
+    return View(rich_view, markdown_view)
