@@ -93,16 +93,17 @@ class StepBatches:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, dataset, bs: int, dist: Dist, device: torch.device) -> dict[str, float]:
+def evaluate(model: torch.nn.Module, dataset, bs: int, dist: Dist, device: torch.device,
+             workers: int = 0) -> dict[str, float]:
     """Top-1, top-5 and mean loss over ``dataset`` (sharded over the ranks, summed)."""
     was = model.training
     model.eval()
-    idx = np.arange(len(dataset))[dist.rank::dist.world]
+    shard = torch.utils.data.Subset(dataset, list(range(dist.rank, len(dataset), dist.world)))
+    loader = torch.utils.data.DataLoader(shard, batch_size=bs, num_workers=workers,
+                                         pin_memory=device.type == "cuda")
     sums = torch.zeros(4, dtype=torch.float64)
-    for s in range(0, len(idx), bs):
-        items = [dataset[int(i)] for i in idx[s:s + bs]]
-        x = torch.stack([it[0] for it in items]).to(device)
-        y = torch.as_tensor([int(it[1]) for it in items], dtype=torch.long, device=device)
+    for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         logits = model(x).float()
         top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # [B, 5]
         sums[0] += (top[:, 0] == y).sum().item()
@@ -261,14 +262,13 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device:
         return criterion(net(x).float(), y)
 
     def validate(net):
-        return evaluate(net, splits.val, pre.recipe.eval_batch_size, dist, device)
+        return evaluate(net, splits.val, pre.recipe.eval_batch_size, dist, device, pre.recipe.workers)
 
-    slug = pre.key.replace("/", "_")
-    ckpt = work / "checkpoints" / slug / f"{cell.attention.replace(':', '_')}-{cell.config_hash}-seed{cell.seed}.pt"
+    ckpt = artifact_path(work, "checkpoints", pre, cell)
     result = train(model, pre.train, TrainTask(batch, loss, validate), seed=cell.seed, device=device,
                    identity=cell.config_hash, checkpoint=ckpt, dist=dist, progress=ctx.progress, label=cell.label,
                    hooks=hooks(cell.task, cell.attention) if hooks else None, restart=ctx.force)
-    test = evaluate(model, splits.test, pre.recipe.eval_batch_size, dist, device)
+    test = evaluate(model, splits.test, pre.recipe.eval_batch_size, dist, device, pre.recipe.workers)
     peak, mem_method = meter.read()
     st = result.state
     last = st.history[-1] if st.history else {}
@@ -289,7 +289,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device:
         "resolution_sweep": resolution_sweep(model, pre, splits.num_classes, device),
     }
     if dist.main:
-        weights = weights_path(work, pre, cell)  # the trained model (best validation step): a teacher for others
+        weights = artifact_path(work, "models", pre, cell)  # the trained model (best val step): a teacher for others
         weights.parent.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), weights)
         metrics["weights"] = str(weights)
@@ -297,20 +297,18 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device:
     return CellResult("ok", metrics=metrics, impl=impl)
 
 
-def weights_path(work: Path, pre: VisionPreset, cell: Cell) -> Path:
+def artifact_path(work: Path, kind: str, pre: VisionPreset, cell: Cell) -> Path:
+    """``WORK/<kind>/<setting>/<spec>-<config hash>-seed<seed>.pt`` (kind: ``checkpoints`` while training,
+    ``models`` for the trained weights)."""
     slug = pre.key.replace("/", "_")
-    return work / "models" / slug / f"{cell.attention.replace(':', '_')}-{cell.config_hash}-seed{cell.seed}.pt"
+    return work / kind / slug / f"{cell.attention.replace(':', '_')}-{cell.config_hash}-seed{cell.seed}.pt"
 
 
 def _majority(splits) -> float:
-    """Test accuracy of always predicting the most frequent training class."""
-    labels = lambda ds: np.asarray([int(ds[i][1]) for i in range(len(ds))])  # noqa: E731
-    train_labels = getattr(splits, "train_labels", None)
-    train_labels = np.asarray(train_labels) if train_labels is not None else labels(splits.train)
-    test_labels = getattr(splits, "test_labels", None)
-    test_labels = np.asarray(test_labels) if test_labels is not None else labels(splits.test)
-    cls = int(np.argmax(np.bincount(train_labels)))
-    return float(np.mean(test_labels == cls))
+    """Test accuracy of always predicting the most frequent training class (labels from ``.targets``, which
+    every reader's datasets carry, so no image is decoded)."""
+    train_labels, test_labels = np.asarray(splits.train.targets), np.asarray(splits.test.targets)
+    return float(np.mean(test_labels == int(np.argmax(np.bincount(train_labels)))))
 
 
 def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | VisionPreset = "tiny",
