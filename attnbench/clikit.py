@@ -57,10 +57,10 @@ def argv_tail() -> list[str]:
 
 
 def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], gpus_per_job: int,
-             job_minutes: int, work: str) -> Optional[int]:
+             job_minutes: int, work: str, db: Optional[str] = None) -> Optional[int]:
     """Where this command runs. ``--launcher slurm|submitit-local``: submit ``--jobs`` shards of this same
-    command line (each job its own store under ``WORK/jobs``) and return 0 (or the merge's outcome when the
-    jobs are waited for); ``--nproc N > 1`` outside torchrun: rerun it under torchrun and return its exit code;
+    command line (each job its own store under ``WORK/jobs``) and return 0 (merging the jobs' stores into ``db``
+    when they are waited for); ``--nproc N > 1`` outside torchrun: rerun it under torchrun and return its exit code;
     else None: the caller runs the work in this process."""
     from pathlib import Path
 
@@ -74,19 +74,8 @@ def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], 
         dbs = launch_jobs(argv_tail(), jobs=jobs, folder=folder, launcher=launcher, partition=partition,
                           gpus_per_job=gpus_per_job, minutes=job_minutes, console=console)
         if launcher == "submitit-local":  # waited for: merge the shards' stores into this command's store
-            db = _option_value("--db")
             with Store(db) as store:
                 for path in dbs:
                     console.print(ingest(str(path), store))
         return 0
     return relaunch_under_torchrun(nproc, argv_tail(), console=console)
-
-
-def _option_value(name: str) -> Optional[str]:
-    argv = sys.argv[1:]
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None

@@ -45,7 +45,7 @@ def run_command(
         shard_kn = parse_shard(shard)
         work = out or str(project_root() / "results" / "runs" / "lra")
         rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
+                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work, db=db)
         if rc is None:
             from attnbench.train import under_torchrun
 

@@ -46,7 +46,7 @@ def run_command(
         shard_kn = parse_shard(shard)
         work = out or str(project_root() / "results" / "runs" / "vision")
         rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
+                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work, db=db)
         from .config import load_preset
 
         setting = load_preset(preset).key
