@@ -259,6 +259,18 @@ def write_pathfinder_release(root, n=20, blacklisted=True):
     return task
 
 
+def test_a_readable_image_named_like_the_release_s_empty_one_is_read(tmp_path):
+    """Generated data may hold a good curv_baseline/imgs/0/sample_172.png: only empty files are skipped."""
+    task = write_pathfinder_release(tmp_path, n=20, blacklisted=False)
+    (task / "imgs" / "0" / "sample_19.png").rename(task / "imgs" / "0" / "sample_172.png")
+    meta = task / "metadata" / "0.npy"
+    meta.write_text(meta.read_text().replace("sample_19.png", "sample_172.png"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", D.LRADataWarning)
+        parts = {s: D.load_pathfinder(tmp_path, s, difficulty="easy", seed=3) for s in D.SPLITS}
+    assert sum(len(p) for p in parts.values()) == 20
+
+
 def test_pathfinder_reader_split_and_blacklist(tmp_path):
     task = write_pathfinder_release(tmp_path)
     with warnings.catch_warnings(record=True) as w:

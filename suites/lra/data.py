@@ -536,8 +536,6 @@ def load_image(root: PathLike, split: str, *, max_length: Optional[int] = None) 
 #: LRA split names -> directory names.
 PATHFINDER_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
                    "hard": "curv_contour_length_14"}
-#: Known empty files of the release (s4's PATHFINDER_BLACKLIST); skipped with a warning.
-PATHFINDER_BLACKLIST = frozenset({"pathfinder32/curv_baseline/imgs/0/sample_172.png"})
 PATHFINDER_SPLIT = (0.8, 0.1, 0.1)
 
 
@@ -649,7 +647,9 @@ def load_pathfinder(root: PathLike, split: str, *, resolution: int = 32, difficu
     for i in np.sort(pathfinder_split_indices(len(examples), split, seed)):
         subdir, fname, label = examples[i]
         key = f"{rel}/{subdir}/{fname}"
-        arr = None if key in PATHFINDER_BLACKLIST else read_png_tokens(task_dir / subdir / fname, resolution)
+        # None for an empty or unreadable file, e.g. the release's known-empty curv_baseline sample_172.png (s4's
+        # blacklist); judged by the file itself, so generated data with that name is read like any other
+        arr = read_png_tokens(task_dir / subdir / fname, resolution)
         if arr is None:
             skipped.append(key)
             continue
