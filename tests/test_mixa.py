@@ -142,7 +142,7 @@ def test_kd_loss_is_hintons():
 def small_preset():
     pre = load_preset("tiny")
     vp = pre.vision
-    vp = dataclasses.replace(vp, data=dataclasses.replace(vp.data, image_size=16),
+    vp = dataclasses.replace(vp, data=dataclasses.replace(vp.data, image_size=8),  # 4 patches + class token
                              recipe=dataclasses.replace(vp.recipe, eval_batch_size=16))
     return dataclasses.replace(pre, vision=vp,
                                train=dataclasses.replace(pre.train, steps=2, warmup=1, eval_every=2, batch_size=16),
