@@ -6,10 +6,12 @@ invocation, including ``--help``.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import typer
 from rich.console import Console
+
+from .errors import AttnbenchError
 
 # soft_wrap: never fold a name across lines (a piped `attnbench list | grep` must find it)
 console = Console(soft_wrap=not sys.stdout.isatty())
@@ -79,3 +81,28 @@ def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], 
                     console.print(ingest(str(path), store))
         return 0
     return relaunch_under_torchrun(nproc, argv_tail(), console=console)
+
+
+def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str],
+           launch: Optional[dict] = None) -> None:
+    """The end of every suite's ``run`` command: with ``launch`` (the keyword arguments of :func:`dispatch`),
+    hand the command line to a launcher or torchrun when asked, else ``run()`` here (a sweep summary); then print
+    the suite's table of ``setting`` and exit with the run's code. A torchrun worker exits without the table
+    (the launching process prints it). Bad input or data: one line, no traceback."""
+    from .train.dist import under_torchrun
+
+    try:
+        rc = dispatch(db=db, **launch) if launch else None
+        if rc is None:
+            summary = run()
+            if under_torchrun():
+                raise typer.Exit(code=summary.exit_code())
+            rc = summary.exit_code()
+    except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store
+        fail(str(e))
+    from . import report
+
+    console.print()
+    report.table(suite, db=db, setting=setting, console=console)
+    if rc:
+        raise typer.Exit(code=rc)

@@ -93,15 +93,17 @@ def _relative(p: Path) -> str:
         return str(p)
 
 
-def latest(records: Iterable[Measurement]) -> list[Measurement]:
-    """One record per point (config hash): the latest finished one, else the latest of any status."""
+def latest(records: Iterable[Measurement], preferred: Iterable[str] = FINISHED) -> list[Measurement]:
+    """One record per point (config hash): the latest with a ``preferred`` status (default: any finished one),
+    else the latest of any status."""
+    preferred = tuple(preferred)
     best: dict[str, Measurement] = {}
     for r in records:
         cur = best.get(r.config_hash)
         if cur is None:
             best[r.config_hash] = r
             continue
-        rank = lambda m: (m.status in FINISHED, m.ended_at or "", m.id or 0)  # noqa: E731
+        rank = lambda m: (m.status in preferred, m.ended_at or "", m.id or 0)  # noqa: E731
         if rank(r) >= rank(cur):
             best[r.config_hash] = r
     return list(best.values())
@@ -254,6 +256,18 @@ class View:
 
 
 GENERIC = View(generic_rich, generic_markdown)
+
+
+def table_view(tables: Callable[[list[Measurement], str], list[TableData]], *,
+               extra: Callable[[], list[TableData]] | None = None,
+               plot: Callable[[Source, Path, str], list[Path]] | None = None) -> View:
+    """A suite's :class:`View` from ``tables(records, label)``, the function that builds its leaderboard tables
+    from one source: committed sources in cyan, the user's in green, ``extra`` tables (e.g. a paper's reported
+    numbers) in yellow after them; markdown the same."""
+    return View(rich=lambda src: rich_tables(tables(src.records, src.label), "cyan" if src.committed else "green"),
+                markdown=lambda src: markdown_tables(tables(src.records, src.label)), plot=plot,
+                extra=(lambda: rich_tables(extra(), "yellow")) if extra else None,
+                extra_markdown=(lambda: markdown_tables(extra())) if extra else None)
 
 
 def _registered(suite: str):

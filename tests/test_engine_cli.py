@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from attnbench import registry
 from attnbench.errors import AttnbenchError, UnknownNameError
 from attnbench.models import BlockOptions, TransformerStack
-from attnbench.spec import AttentionSpec, parse_spec, parse_specs
+from attnbench.spec import parse_spec, parse_specs
 from attnbench.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from torch import nn
 
 from attnbench.store import Store
 from attnbench.sweep import Cell, CellError, CellResult, parse_shard, run_sweep, shard_cells
-from attnbench.train import ParamGroup, TrainConfig, TrainHooks, TrainTask, train
+from attnbench.train import ParamGroup, TrainConfig, TrainHooks, train
 from attnbench.train.checkpoint import CheckpointError
 
 sys.path.insert(0, str(Path(__file__).parent))

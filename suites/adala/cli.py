@@ -55,25 +55,17 @@ def run_command(
 
         parse_stages(stages)
         pre = load_preset(preset)
-        work = out or str(project_root() / "results" / "runs" / "adala")
-        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work)
-        if rc is None:
-            from attnbench.train import under_torchrun
-
-            from .pipeline import run_adala
-
-            summary = run_adala(attentions=specs, preset=pre, stages=stages, ablation=ablation, teacher=teacher,
-                                scratch=scratch, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
-                                shard=shard_kn, console=console, argv=sys.argv)
-            if under_torchrun():
-                raise typer.Exit(code=summary.exit_code())
-            rc = summary.exit_code()
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    from attnbench import report
+    work = out or str(project_root() / "results" / "runs" / "adala")
 
-    console.print()
-    report.table("adala", db=db, setting=pre.key, console=console)
-    if rc:
-        raise typer.Exit(code=rc)
+    def run():
+        from .pipeline import run_adala
+
+        return run_adala(attentions=specs, preset=pre, stages=stages, ablation=ablation, teacher=teacher,
+                         scratch=scratch, data_dir=data_dir, seed=seed, force=force, db=db, out=out, shard=shard_kn,
+                         console=console, argv=sys.argv)
+
+    clikit.finish(run, suite="adala", setting=pre.key, db=db,
+                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))

@@ -5,19 +5,10 @@ each stage, each stage's training loss first -> last, parameters, FLOPs, inferen
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
+from attnbench.report import latest
 from attnbench.store import Measurement
-
-
-def _latest(records: Iterable[Measurement]) -> list[Measurement]:
-    best: dict[str, Measurement] = {}
-    for r in records:
-        cur = best.get(r.config_hash)
-        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
-        if cur is None or key(r) >= key(cur):
-            best[r.config_hash] = r
-    return list(best.values())
 
 
 def _order(r: Measurement) -> tuple:
@@ -39,7 +30,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     from attnbench.stats import wilson_interval
 
     groups: dict[tuple, list[Measurement]] = {}
-    for r in _latest(records):
+    for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), []).append(r)
     out = []
     for (setting, device), recs in sorted(groups.items()):
@@ -81,19 +72,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     return out
 
 
-def rich_view(source) -> list[Any]:
-    from attnbench.report import rich_tables
-
-    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
-
-
-def markdown_view(source) -> str:
-    from attnbench.report import markdown_tables
-
-    return markdown_tables(measured_tables(source.records, source.label))
-
-
 def view():
-    from attnbench.report import View
+    from attnbench.report import table_view
 
-    return View(rich_view, markdown_view)
+    return table_view(measured_tables)

@@ -43,32 +43,23 @@ def run_command(
     try:
         specs = parse_specs(attn)
         shard_kn = parse_shard(shard)
-        work = out or str(project_root() / "results" / "runs" / "lra")
-        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work, db=db)
-        if rc is None:
-            from attnbench.train import under_torchrun
+        from .config import load_preset
 
-            from .train import run_lra
-
-            summary = run_lra(attentions=specs, tasks=[t.strip() for t in tasks.split(",") if t.strip()]
-                              if tasks else None, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db,
-                              out=out, shard=shard_kn, console=console, argv=sys.argv)
-            if under_torchrun():  # a worker: the launching process prints the leaderboard
-                raise typer.Exit(code=summary.exit_code())
-            setting, rc = summary.setting, summary.exit_code()
-        else:
-            from .config import load_preset
-
-            setting = load_preset(preset or ("skyformer" if data_dir else "tiny")).key
-    except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store: one line, no traceback
+        setting = load_preset(preset or ("skyformer" if data_dir else "tiny")).key
+    except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    from .leaderboard import print_leaderboard
+    work = out or str(project_root() / "results" / "runs" / "lra")
 
-    console.print()
-    print_leaderboard(setting=setting, db=db, console=console)
-    if rc:
-        raise typer.Exit(code=rc)
+    def run():
+        from .train import run_lra
+
+        return run_lra(attentions=specs, tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+                       preset=preset, data_dir=data_dir, seed=seed, force=force, db=db, out=out, shard=shard_kn,
+                       console=console, argv=sys.argv)
+
+    clikit.finish(run, suite="lra", setting=setting, db=db,
+                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))
 
 
 def data_listops(out: str = typer.Option(..., "--out", help="directory; writes listops-1000/basic_*.tsv"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Iterable
+from typing import Iterable
 
+from attnbench.report import latest
 from attnbench.store import Measurement
 
 from .reported import REPORTED, ReportedTable
@@ -23,17 +24,6 @@ BASELINE = "softmax"
 
 def _label(r: Measurement) -> str:
     return r.attention + ("(" + ",".join(f"{k}={v}" for k, v in sorted(r.options.items())) + ")" if r.options else "")
-
-
-def _latest(records: Iterable[Measurement]) -> list[Measurement]:
-    """The latest record of each point (config hash); a finished one wins over an unfinished one."""
-    best: dict[str, Measurement] = {}
-    for r in records:
-        cur = best.get(r.config_hash)
-        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
-        if cur is None or key(r) >= key(cur):
-            best[r.config_hash] = r
-    return list(best.values())
 
 
 def _majority(by: dict, lab: str, t: str) -> float | None:
@@ -83,7 +73,7 @@ def _budget(by: dict, tasks: list[str]) -> str:
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
     groups: dict[tuple, list[Measurement]] = {}
-    for r in _latest(records):
+    for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), []).append(r)
     out = []
     for (setting, device), recs in sorted(groups.items()):
@@ -197,55 +187,8 @@ def reported_tables(tables: Iterable[ReportedTable] = REPORTED) -> list[tuple[st
 
 
 # --- rendering (the attnbench.report view) ---------------------------------------------------------------------
-def rich_view(source) -> list[Any]:
-    """``attnbench.report`` view: the measured tables of one source (store or committed file)."""
-    from attnbench.report import rich_tables
-
-    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
-
-
-def markdown_view(source) -> str:
-    from attnbench.report import markdown_tables
-
-    return markdown_tables(measured_tables(source.records, source.label))
-
-
-def reported_rich() -> list[Any]:
-    from attnbench.report import rich_tables
-
-    return rich_tables(reported_tables(), "yellow")
-
-
-def reported_markdown() -> str:
-    from attnbench.report import markdown_tables
-
-    return markdown_tables(reported_tables())
-
-
 def view():
     """The LRA view of :mod:`attnbench.report` (``attnbench table lra``): measured tables, then the reported."""
-    from attnbench import report
+    from attnbench.report import table_view
 
-    return report.View(rich_view, markdown_view, extra=reported_rich, extra_markdown=reported_markdown)
-
-
-def print_leaderboard(*, setting: str | None = None, db: str | None = None, console=None,
-                      committed: bool = True) -> int:
-    """Measured tables (the store, and committed ``results/lra/*.jsonl``) of ``setting``, then the reported
-    tables, each separate and labelled. Returns how many tables were printed."""
-    from rich.console import Console
-
-    from attnbench import report
-
-    console = console or Console()
-    n = 0
-    for src in report.load_sources("lra", db=db, setting=setting, include_committed=committed):
-        for t in rich_view(src):
-            console.print(t)
-            console.print()
-            n += 1
-    for t in reported_rich():
-        console.print(t)
-        console.print()
-        n += 1
-    return n
+    return table_view(measured_tables, extra=reported_tables)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from attnbench import provenance
 from attnbench.errors import AttnbenchError
 from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, run_sweep
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
 from attnbench.train import (Dist, TrainConfig, TrainHooks, TrainOrder, TrainTask, default_device, init_dist,
                              shutdown, train)
 from attnbench.train.memory import PeakMeter

@@ -38,16 +38,13 @@ def run_command(
         from .config import load_preset
 
         pre = load_preset(preset)
-        from .train import run_mixa
-
-        summary = run_mixa(preset=pre, teacher=teacher, k=k, data_dir=data_dir, seed=seed, force=force, db=db,
-                           out=out, shard=shard_kn, console=console, argv=sys.argv)
-        rc = summary.exit_code()
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    from attnbench import report
 
-    console.print()
-    report.table("mixa", db=db, setting=pre.key, console=console)
-    if rc:
-        raise typer.Exit(code=rc)
+    def run():
+        from .train import run_mixa
+
+        return run_mixa(preset=pre, teacher=teacher, k=k, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
+                        shard=shard_kn, console=console, argv=sys.argv)
+
+    clikit.finish(run, suite="mixa", setting=pre.key, db=db)

@@ -44,28 +44,19 @@ def run_command(
     try:
         specs = parse_specs(attn)
         shard_kn = parse_shard(shard)
-        work = out or str(project_root() / "results" / "runs" / "vision")
-        rc = clikit.dispatch(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                             gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work, db=db)
         from .config import load_preset
 
         setting = load_preset(preset).key
-        if rc is None:
-            from attnbench.train import under_torchrun
-
-            from .train import run_vision
-
-            summary = run_vision(attentions=specs, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db,
-                                 out=out, shard=shard_kn, console=console, argv=sys.argv,
-                                 pretrained=pretrained)
-            if under_torchrun():
-                raise typer.Exit(code=summary.exit_code())
-            rc = summary.exit_code()
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    from attnbench import report
+    work = out or str(project_root() / "results" / "runs" / "vision")
 
-    console.print()
-    report.table("vision", db=db, setting=setting, console=console)
-    if rc:
-        raise typer.Exit(code=rc)
+    def run():
+        from .train import run_vision
+
+        return run_vision(attentions=specs, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
+                          shard=shard_kn, console=console, argv=sys.argv, pretrained=pretrained)
+
+    clikit.finish(run, suite="vision", setting=setting, db=db,
+                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
+                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))

@@ -5,27 +5,17 @@ numbers (:mod:`.reported`) follow as separate tables labelled "reported", never 
 
 from __future__ import annotations
 
-import statistics
-from typing import Any, Iterable
+from typing import Iterable
 
+from attnbench.report import latest
 from attnbench.store import Measurement
-
-
-def _latest(records: Iterable[Measurement]) -> list[Measurement]:
-    best: dict[str, Measurement] = {}
-    for r in records:
-        cur = best.get(r.config_hash)
-        key = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
-        if cur is None or key(r) >= key(cur):
-            best[r.config_hash] = r
-    return list(best.values())
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     from attnbench.stats import above_rate_p, two_proportion_p, wilson_interval
 
     groups: dict[tuple, list[Measurement]] = {}
-    for r in _latest(records):
+    for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), []).append(r)
     out = []
     for (setting, device), recs in sorted(groups.items()):
@@ -111,21 +101,8 @@ def _reported() -> list:
     return reported_tables(reported_for(ablations=False))  # the main tables; ablations: suites/vision/reported.py
 
 
-def rich_view(source) -> list[Any]:
-    from attnbench.report import rich_tables
-
-    return rich_tables(measured_tables(source.records, source.label), "cyan" if source.committed else "green")
-
-
-def markdown_view(source) -> str:
-    from attnbench.report import markdown_tables
-
-    return markdown_tables(measured_tables(source.records, source.label))
-
-
 def view():
     """The vision view of :mod:`attnbench.report`: measured tables, then the reported ones."""
-    from attnbench.report import View, markdown_tables, rich_tables
+    from attnbench.report import table_view
 
-    return View(rich_view, markdown_view, extra=lambda: rich_tables(_reported(), "yellow"),
-                extra_markdown=lambda: markdown_tables(_reported()))
+    return table_view(measured_tables, extra=_reported)
