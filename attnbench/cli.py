@@ -16,16 +16,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbench: attention mechanisms behind one protocol, driven through the same suites.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a suite (each registered suite adds its command).")
 data_app = typer.Typer(no_args_is_help=True, help="Generate or check suite data.")
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a trained artifact of a suite (e.g. an LM checkpoint "
+                       "by lm-eval).")
 app.add_typer(run_app, name="run")
+app.add_typer(eval_app, name="eval")
 app.add_typer(data_app, name="data")
 
 
 def _add_suite_commands() -> None:
-    """``attnbench run <suite>`` and ``attnbench data <command>`` of every registered suite."""
+    """``attnbench run <suite>``, ``attnbench eval <suite>`` and ``attnbench data <command>`` of every registered
+    suite."""
     for name in registry.suite_names():
         suite = registry.get_suite(name)
         if suite.run is not None:
             run_app.command(name, help=suite.help)(suite.run)
+        if suite.evaluate is not None:
+            eval_app.command(name)(suite.evaluate)
         for command, fn in suite.data.items():
             data_app.command(command)(fn)
 

@@ -145,7 +145,8 @@ def describe(name: str) -> dict[str, Any]:
 class Suite:
     """What a suite plugs into the core. The core (CLI, report, store) reaches a suite only through this record.
 
-    ``run``: the typer command function of ``attnbench run <name>``; ``view``: an :class:`attnbench.report.View`
+    ``run``: the typer command function of ``attnbench run <name>``; ``evaluate``: that of ``attnbench eval
+    <name>`` (scoring a trained artifact, e.g. a language model by lm-eval); ``view``: an :class:`attnbench.report.View`
     (``table`` / ``plot`` / markdown export; None: the generic view); ``data``: ``attnbench data <command>``
     functions; ``ingest``: ``(path, store) -> message | None`` for a results file format of the suite's own (None:
     not that format), tried by ``attnbench ingest`` after the store's own formats.
@@ -155,6 +156,7 @@ class Suite:
     name: str
     help: str
     run: Optional[Callable[..., Any]] = None
+    evaluate: Optional[Callable[..., Any]] = None
     view: Any = None
     data: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     ingest: Optional[Callable[..., Optional[str]]] = None

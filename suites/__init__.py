@@ -1,1 +1,1 @@
-"""Suites: lra, scaling, lm, vision. Presets are data; the attention is a run-time argument."""
+"""Suites: lra, scaling, vision, adala, mixa, lm, claims. Presets are data; the attention is a run-time argument."""

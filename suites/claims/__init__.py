@@ -1,0 +1,1 @@
+"""Claims: each paper's mechanism-level argument measured on attnbench's implementations, with a verdict (work in progress)."""
