@@ -1,0 +1,204 @@
+"""``attnbench eval lm CHECKPOINT...``: lm-eval tasks on trained LM checkpoints, scores into the store.
+Torch-free at import (typer only); lm-eval and torch are imported when a command runs.
+
+One store record per checkpoint (suite ``lm``, the checkpoint's setting, task ``lm-eval``, attention = its variant),
+``metrics = {"lm_eval": {task: {metric: value}}, "n": {task: documents}, "lm_eval_version": ...,
+"checkpoint": path}``. Its identity (``config_hash``) covers the checkpoint's own config hash, the tasks, ``limit``
+and ``num_fewshot``: the same evaluation of the same checkpoint is skipped unless ``--force``.
+
+Local tasks (``attnbench_heldout``, ``attnbench_cloze``, see :mod:`.local_tasks`): when one is asked for and the
+checkpoint's ``meta["heldout"]`` names a JSONL corpus, they are written into ``<checkpoint>.lm_eval_tasks/`` beside
+the checkpoint and given to lm-eval as an include path (with ``--include-path``, if any, after it).
+
+lm-eval's own command line with the ``attnbench`` model registered: ``python -m attnbench.suites.lm.eval_cli run
+--model attnbench --model_args pretrained=CKPT,batch_size=8 --tasks attnbench_heldout --include_path DIR``
+(:func:`lm_eval_main`; the HF offline variables are the caller's to set there).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import fail
+from attnbench.errors import AttnbenchError
+
+DEFAULT_TASKS = "attnbench_heldout,attnbench_cloze"
+LOCAL_TASKS = ("attnbench_heldout", "attnbench_cloze")
+CHECKPOINT_FILES = ("config.json", "model.pt", "tokenizer.json")
+
+
+class CheckpointError(AttnbenchError):
+    """A checkpoint path that is missing or damaged (the message names it)."""
+
+
+def read_checkpoint_meta(path: str | Path) -> dict:
+    """The ``meta`` of a checkpoint directory's config.json, without torch. :class:`CheckpointError` (one line
+    naming the path) when it is missing or damaged."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not an attnbench LM checkpoint directory (expected "
+                              f"{', '.join(CHECKPOINT_FILES)})")
+    missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)}")
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        meta = cfg.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise TypeError("meta is not a table")
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
+    return meta
+
+
+def _heldout_file(meta: dict, checkpoint: Path) -> Optional[Path]:
+    held = meta.get("heldout")
+    if not held:
+        return None
+    p = Path(held)
+    for cand in ([p] if p.is_absolute() else [checkpoint / p, checkpoint.parent / p, Path.cwd() / p]):
+        if cand.is_file():
+            return cand.resolve()
+    raise CheckpointError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
+                          f"give the local tasks with --include-path instead")
+
+
+def local_tasks_for(checkpoint: str | Path, meta: dict, *, seed: int = 0) -> Optional[Path]:
+    """Write the local tasks of a checkpoint with a held-out corpus into ``<checkpoint>.lm_eval_tasks/``
+    (deterministic: rewritten each time, same content); None without a corpus."""
+    from .local_tasks import read_jsonl_texts, write_local_tasks
+
+    checkpoint = Path(checkpoint)
+    held = _heldout_file(meta, checkpoint)
+    if held is None:
+        return None
+    try:
+        docs = read_jsonl_texts(held)
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{held}: damaged held-out corpus ({type(e).__name__}: {e})") from None
+    folder = checkpoint.resolve().parent / f"{checkpoint.resolve().name}.lm_eval_tasks"
+    return write_local_tasks(folder, docs, seed=seed)
+
+
+def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str] = DEFAULT_TASKS, *,
+                   include_path: Optional[str] = None, limit: Optional[float] = None, batch_size: int = 8,
+                   device: str = "cpu", num_fewshot: int = 0, online: bool = False, db: Optional[str] = None,
+                   force: bool = False, console: Any = None, seed: int = 0,
+                   argv: Optional[list[str]] = None):
+    """Evaluate each checkpoint on ``tasks`` with lm-eval and record one cell per checkpoint (see the module
+    docstring). Checkpoints and task names are checked before anything runs (:class:`AttnbenchError`, one line);
+    a checkpoint whose evaluation fails is a failed cell. Checkpoints of several settings: one sweep per setting,
+    returned as one summary."""
+    from attnbench.store import point_hash
+    from attnbench.sweep import Cell, CellResult, SweepSummary, run_sweep
+
+    from .evaluate import _tasks_list, check_tasks
+
+    names = _tasks_list(tasks)
+    if not names:
+        raise AttnbenchError("--tasks: no task given")
+    if not checkpoints:
+        raise AttnbenchError("no checkpoint given")
+    wants_local = any(t in LOCAL_TASKS for t in names)
+    plans = []  # (path, meta, include paths)
+    for ck in checkpoints:
+        path = Path(ck)
+        meta = read_checkpoint_meta(path)
+        auto = local_tasks_for(path, meta, seed=seed) if wants_local else None
+        includes = [str(p) for p in (auto, include_path) if p is not None]
+        plans.append((path, meta, includes))
+    checked: set[tuple] = set()
+    for _, _, includes in plans:  # unknown tasks / hub tasks offline: one line before any work
+        key = tuple(includes)
+        if key not in checked:
+            check_tasks(names, includes or None, offline=not online)
+            checked.add(key)
+
+    def run_cell(cell: Cell, ctx) -> CellResult:
+        from .evaluate import evaluate_checkpoint
+
+        path, includes = cell.payload
+        metrics = evaluate_checkpoint(str(path), names, include_path=includes or None, limit=limit,
+                                      batch_size=batch_size, device=device, num_fewshot=num_fewshot,
+                                      offline=not online, random_seed=seed)
+        metrics["checkpoint"] = str(path)
+        return CellResult("ok", metrics=metrics)
+
+    by_setting: dict[str, list[Cell]] = {}
+    for path, meta, includes in plans:
+        setting = str(meta.get("setting") or "lm/unknown")
+        variant = str(meta.get("variant") or path.name)
+        params = {"checkpoint_hash": meta.get("config_hash"), "tasks": names, "limit": limit,
+                  "num_fewshot": num_fewshot}
+        h = point_hash(suite="lm", setting=setting, task="lm-eval", attention=variant, options={}, params=params,
+                       dtype=None, device=device)
+        by_setting.setdefault(setting, []).append(
+            Cell(task="lm-eval", attention=variant, config_hash=h, params=params, seed=seed,
+                 payload=(path, includes), name=f"lm-eval · {variant} ({path.name})"))
+    summaries = [run_sweep(cells, run_cell, suite="lm", setting=setting, db=db, device=device, force=force,
+                           console=console, argv=argv if argv is not None else list(sys.argv),
+                           config={"tasks": names, "limit": limit, "num_fewshot": num_fewshot, "online": online})
+                 for setting, cells in by_setting.items()]
+    if len(summaries) == 1:
+        return summaries[0]
+    return SweepSummary("lm", ",".join(s.setting for s in summaries), [o for s in summaries for o in s.outcomes],
+                        interrupted=any(s.interrupted for s in summaries), run_id=summaries[-1].run_id,
+                        planned=sum(s.planned for s in summaries))
+
+
+def eval_command(
+    checkpoint: list[str] = typer.Argument(..., help="LM checkpoint directories (config.json, model.pt, "
+                                           "tokenizer.json), as `attnbench run lm` writes them"),
+    tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="comma-separated lm-eval tasks: the local "
+                              "attnbench_heldout (rolling perplexity of the held-out corpus) and attnbench_cloze "
+                              "(next-line multiple choice), or lm-eval's own (wikitext, lambada_openai, piqa, "
+                              "hellaswag, winogrande, arc_easy, arc_challenge; need --online or a cached copy)"),
+    include_path: Optional[str] = typer.Option(None, "--include-path", help="a folder of extra lm-eval task YAMLs "
+                                               "(lm-eval's include_path)"),
+    limit: Optional[float] = typer.Option(None, "--limit", help="at most this many documents per task (a "
+                                          "fraction when < 1), as lm-eval's --limit; for quick checks only"),
+    batch_size: int = typer.Option(8, "--batch-size", help="sequences per forward pass"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1 ..."),
+    num_fewshot: int = typer.Option(0, "--num-fewshot", help="few-shot examples per prompt (perplexity tasks "
+                                    "stay at 0)"),
+    online: bool = clikit.flag(False, "--online", help="allow the HF hub (lm-eval's own tasks download their "
+                               "data); default: offline, HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1"),
+    db: Optional[str] = clikit.DB,
+    force: bool = clikit.FORCE,
+    seed: int = typer.Option(0, "--seed", help="seed of the cloze task's items and of lm-eval's sampling"),
+) -> None:
+    """Score LM checkpoints with lm-eval (perplexity and accuracy), one record per checkpoint in the store."""
+    setting = None
+    try:
+        metas = [read_checkpoint_meta(c) for c in checkpoint]
+        settings = {str(m.get("setting") or "lm/unknown") for m in metas}
+        setting = settings.pop() if len(settings) == 1 else None
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+
+    def run():
+        return run_evaluation(checkpoint, tasks, include_path=include_path, limit=limit, batch_size=batch_size,
+                              device=device, num_fewshot=num_fewshot, online=online, db=db, force=force,
+                              console=clikit.console, seed=seed)
+
+    clikit.finish(run, suite="lm", setting=setting, db=db)
+
+
+def lm_eval_main(argv: Optional[list[str]] = None) -> None:
+    """lm-eval's own command line (``lm_eval ...``) with the ``attnbench`` model registered."""
+    import attnbench.suites.lm.evaluate  # noqa: F401  (registers `attnbench`)
+    from lm_eval.__main__ import cli_evaluate
+
+    if argv is not None:
+        sys.argv = ["lm_eval", *argv]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    lm_eval_main()
