@@ -7,8 +7,9 @@ checkpoints (:mod:`.checkpoint`), torchrun / DDP / FSDP2 (:mod:`.dist`). Cells o
 
 from .config import ParamGroup, TrainConfig
 from .dist import Dist, default_device, init_dist, relaunch_under_torchrun, shutdown, under_torchrun
-from .trainer import NonFiniteLoss, TrainHooks, TrainOrder, TrainResult, TrainState, TrainTask, step_seed, train
+from .trainer import (Diverged, NonFiniteLoss, TrainHooks, TrainOrder, TrainResult, TrainState, TrainTask, step_seed,
+                      train)
 
 __all__ = ["ParamGroup", "TrainConfig", "Dist", "default_device", "init_dist", "relaunch_under_torchrun", "shutdown",
-           "under_torchrun", "NonFiniteLoss", "TrainHooks", "TrainOrder", "TrainResult", "TrainState", "TrainTask", "step_seed",
-           "train"]
+           "under_torchrun", "Diverged", "NonFiniteLoss", "TrainHooks", "TrainOrder", "TrainResult", "TrainState",
+           "TrainTask", "step_seed", "train"]

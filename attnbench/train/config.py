@@ -38,6 +38,7 @@ class TrainConfig:
     - ``frozen``: name patterns of parameters that are not trained; ``groups``: per-group learning rates.
     - ``precision``: ``bf16`` / ``fp16`` autocast (CUDA only); ``strategy``: ``ddp`` or ``fsdp`` (FSDP2) under
       torchrun.
+    - ``diverge_factor`` > 1: a step whose loss exceeds it times the first step's stops the run (diverged).
     - ``ema_decay`` > 0: an exponential moving average of the weights (torch's ``AveragedModel``) is what is
       evaluated and kept as the best (DeiT's optional EMA); not with FSDP.
     """
@@ -69,6 +70,7 @@ class TrainConfig:
     precision: str = "fp32"
     strategy: str = "ddp"
     ema_decay: float = 0.0  # > 0: evaluate (and keep as best) an exponential moving average of the weights
+    diverge_factor: float = 0.0  # > 0: stop (failed) when a step's loss exceeds this times the first step's
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -90,6 +92,8 @@ class TrainConfig:
                 bad(f"{k} must be one of {', '.join(allowed)}, got {getattr(self, k)!r}")
         if self.clip_grad_value < 0 or self.clip_grad_norm < 0:
             bad("clip_grad_value / clip_grad_norm must be >= 0")
+        if self.diverge_factor and self.diverge_factor <= 1.0:
+            bad(f"diverge_factor must be 0 (off) or > 1, got {self.diverge_factor}")
         if not 0.0 <= self.ema_decay < 1.0:
             bad(f"ema_decay must be in [0, 1), got {self.ema_decay}")
 

@@ -91,9 +91,10 @@ def shutdown(dist: Dist) -> None:
 
 
 def wrap_model(model, dist: Dist, device, strategy: str = "ddp"):
-    """The model the training step calls: itself (1 process), DDP, or FSDP2 (``fully_shard`` on every child
-    module with parameters of its own and on the root). Returns ``(wrapped, no_sync)``: ``no_sync()`` is a
-    context that skips the gradient all-reduce of a non-final micro-batch (a null context where it cannot)."""
+    """The model the training step calls: itself (1 process), DDP, or FSDP2 (``fully_shard`` on each of
+    ``model.fsdp_units()`` if the model names them, else on every child module with parameters, then the root).
+    Returns ``(wrapped, no_sync)``: ``no_sync()`` is a context that skips the gradient all-reduce of a non-final
+    micro-batch (a null context where it cannot)."""
     import contextlib
 
     if strategy not in STRATEGIES:
@@ -107,9 +108,10 @@ def wrap_model(model, dist: Dist, device, strategy: str = "ddp"):
         return ddp, ddp.no_sync
     from torch.distributed.fsdp import fully_shard
 
-    for child in model.children():
-        if any(True for _ in child.parameters()):
-            fully_shard(child)
+    units = model.fsdp_units() if hasattr(model, "fsdp_units") else [
+        child for child in model.children() if any(True for _ in child.parameters())]
+    for unit in units:  # a model may name its units (an LM: each block), else its direct children
+        fully_shard(unit)
     fully_shard(model)
 
     @contextlib.contextmanager

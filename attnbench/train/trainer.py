@@ -8,7 +8,8 @@ metrics holding ``cfg.metric``, already reduced over the ranks) and :func:`train
   ``(seed, step)`` and a resumed run ends bit-identical to an uninterrupted one;
 - the optimizer and schedule of the config, per-group learning rates, frozen parameters, gradient
   accumulation over micro-batches, gradient clipping, bf16 / fp16 autocast on CUDA;
-- the non-finite-loss guard (:class:`NonFiniteLoss`: the run stops with status ``failed``);
+- the non-finite-loss guard (:class:`NonFiniteLoss`) and, with ``cfg.diverge_factor``, the divergence guard
+  (:class:`Diverged`): the run stops with status ``failed`` and a one-line reason;
 - evaluation every ``eval_every`` steps, best-so-far weights by the named metric and its direction, patience;
 - checkpoints (atomic; model, optimizer, schedule, scaler, :class:`TrainState`, best weights, RNG states) every
   ``checkpoint_every`` steps; a rerun resumes from it;
@@ -42,12 +43,17 @@ class NonFiniteLoss(CellError):
     """The training loss became NaN or infinite: the run stops with status ``failed``."""
 
 
+class Diverged(CellError):
+    """The training loss rose above ``cfg.diverge_factor`` times the first step's: status ``failed``."""
+
+
 @dataclasses.dataclass
 class TrainTask:
     batch: Callable[[int, int, int], Batch]
     loss: Callable[..., torch.Tensor]
     evaluate: Callable[[torch.nn.Module], dict[str, float]]
-    samples_per_batch: Optional[Callable[[Batch], int]] = None  # default: len of the first tensor
+    unit: str = "samples"   # what the progress line counts per second: samples, or e.g. tokens
+    per_sample: int = 1     # units per sample (an LM's sequence length)
 
 
 @dataclasses.dataclass
@@ -74,6 +80,7 @@ class TrainState:
     elapsed: float = 0.0  # wall seconds of earlier (interrupted) attempts
     recent_losses: list = dataclasses.field(default_factory=list)
     resumed_from: Optional[int] = None
+    first_loss: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -347,6 +354,12 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
             if not math.isfinite(g):
                 raise NonFiniteLoss(f"{label}: training loss is {g} at step {step + 1} (lr "
                                     f"{sched.get_last_lr()[0]:.3g}); the run stops here")
+            if st.first_loss is None:
+                st.first_loss = g
+            elif cfg.diverge_factor and g > cfg.diverge_factor * st.first_loss:
+                raise Diverged(f"{label}: training loss {g:.4g} at step {step + 1} is over {cfg.diverge_factor:g}x "
+                               f"the first step's {st.first_loss:.4g}: the run diverged (lr "
+                               f"{sched.get_last_lr()[0]:.3g}; lower lr or lengthen warmup); it stops here")
             if scaler is not None:
                 scaler.step(opt)
                 scaler.update()
@@ -378,9 +391,9 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
                 save()
             if bar is not None:
                 best = f" · best {cfg.metric} {st.best_value:.4g} @{st.best_step}" if st.best_step else ""
-                rate = st.samples / max(st.train_time, 1e-9)
+                rate = st.samples * task.per_sample / max(st.train_time, 1e-9)
                 progress.update(bar, completed=step,
-                                info=f"loss {np.mean(st.recent_losses):.3f} · {rate:.0f} samples/s{best}")
+                                info=f"loss {np.mean(st.recent_losses):.3f} · {rate:.0f} {task.unit}/s{best}")
     finally:
         if bar is not None:
             progress.remove_task(bar)

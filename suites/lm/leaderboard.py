@@ -1,0 +1,101 @@
+"""The LM leaderboard: ``attnbench table lm``. One table per (setting, device): a row per variant with what
+training measured (parameters, state size, validation and test loss / perplexity, bits per byte against the
+corpus's unigram entropy, tokens/s, wall) and, joined by variant, the lm-eval scores of its checkpoint (records of
+task ``lm-eval``, written by ``attnbench eval lm`` or after ``attnbench run lm``). NaLaFormer's Table 5 follows,
+labelled reported."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from attnbench.report import latest
+from attnbench.store import Measurement
+
+from .reported import AVERAGED, COLUMNS
+
+# the headline metric of the local tasks (suites/lm/local_tasks.py)
+LOCAL = (("held-out word ppl↓", "attnbench_heldout", "word_perplexity"),
+         ("held-out bits/byte↓", "attnbench_heldout", "bits_per_byte"), ("cloze acc", "attnbench_cloze", "acc"))
+
+
+def _score(scores: dict, task: str, metric: str):
+    v = (scores.get(task) or {}).get(metric)
+    return v if isinstance(v, (int, float)) else None
+
+
+def _fmt(v, metric: str) -> str:
+    if v is None:
+        return "-"
+    if "perplexity" in metric:
+        return f"{v:.2f}"
+    if metric == "bits_per_byte":
+        return f"{v:.3f}"
+    return f"{100 * v:.1f}"  # accuracies in %
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str):
+    groups: dict[tuple, dict[str, list[Measurement]]] = {}
+    for r in latest(records, preferred=("ok",)):
+        groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
+    out = []
+    for (setting, device), by_task in sorted(groups.items()):
+        trained = by_task.get("pretrain", [])
+        evals = {r.attention: r for r in by_task.get("lm-eval", []) if r.status == "ok"}
+        labels = [r.attention for r in trained] + sorted(set(evals) - {r.attention for r in trained})
+        scores = {a: (evals[a].metrics.get("lm_eval") or {}) for a in evals}
+        tasks_present = {t for s in scores.values() for t in s}
+        cols = [c for c in (*LOCAL, *COLUMNS) if c[1] in tasks_present]
+        header = ["variant", "params", "state/layer", "test ppl", "test bits/byte", "best val loss", "tokens/s",
+                  "wall", *[c[0] for c in cols]] + (["Avg."] if set(AVERAGED) <= tasks_present else [])
+        rows = []
+        by_label = {r.attention: r for r in trained}
+        for label in labels:
+            r = by_label.get(label)
+            if r is not None and r.status != "ok":
+                rows.append([label, r.status, *["-"] * (len(header) - 2)])
+                continue
+            m = r.metrics if r is not None else {}
+            row = [label, f"{m['n_params'] / 1e6:.2f} M" if m.get("n_params") else "-",
+                   f"{m['state_per_layer'] / 1e3:.1f} k" if m.get("state_per_layer") else "-",
+                   f"{m['test_ppl']:.2f}" if m.get("test_ppl") else "-",
+                   f"{m['test_bits_per_byte']:.3f}" if m.get("test_bits_per_byte") else "-",
+                   f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
+                   f"{m['train_tokens_per_s']:.0f}" if m.get("train_tokens_per_s") else "-",
+                   f"{m['wall_s']:.0f} s" if m.get("wall_s") else "-"]
+            s = scores.get(label, {})
+            row += [_fmt(_score(s, task, metric), metric) for _, task, metric in cols]
+            if "Avg." in header:
+                accs = [_score(s, t, dict((c[1], c[2]) for c in COLUMNS)[t]) for t in AVERAGED]
+                row.append(f"{100 * sum(accs) / len(accs):.1f}" if all(a is not None for a in accs) else "-")
+            rows.append(row)
+        first = next((r for r in trained if r.status == "ok"), None)
+        fm, fp = (first.metrics, first.params) if first else ({}, {})
+        ev = next(iter(evals.values()), None)
+        names = sorted({r.device_name for recs in by_task.values() for r in recs if r.device_name})
+        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "")
+                          for recs in by_task.values() for r in recs})
+        cap = (f"{source_label}. Corpus: {fm.get('data', '?')}. Test perplexity per token of the trained model "
+               f"(weights of the best validation step) on the held-out test documents; bits/byte the same loss per "
+               f"UTF-8 byte; unigram entropy of the corpus {fm.get('unigram_entropy', float('nan')):.3f} nats/token "
+               f"(a model that learned only token frequencies; test loss well below it = the model learned). "
+               f"Budget: {fp.get('steps', '?')} steps × batch {fp.get('batch_size', '?')} × {fp.get('seq_len', '?')} "
+               f"tokens; state/layer = heads × key features × value size of the delta-rule state. "
+               + (f"lm-eval {ev.metrics.get('lm_eval_version', '?')} scores (zero-shot; accuracies in %) of each "
+                  f"checkpoint, local tasks over the same held-out documents. " if ev else "No lm-eval records yet "
+                  "(attnbench eval lm CHECKPOINT). ")
+               + f"Throughput from whatever machine ran the cells. Commit {', '.join(commits)}.")
+        title = f"lm — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        out.append((title, header, rows, cap))
+    return out
+
+
+def _reported() -> list:
+    from .reported import reported_tables
+
+    return reported_tables()
+
+
+def view():
+    from attnbench.report import table_view
+
+    return table_view(measured_tables, extra=_reported)

@@ -1,0 +1,285 @@
+"""The LM runner: each variant (layer kind x feature map x options) trained on the same tokens by the same recipe,
+then scored by lm-eval.
+
+``attnbench run lm`` -> :func:`run_lm`: the corpus of the preset (:mod:`.data`, tokenised once and cached), the
+model of :mod:`attnbench.models.lm`, the shared trainer (:mod:`attnbench.train`: AdamW, warm-up + cosine,
+clipping, accumulation, bf16 autocast on CUDA, checkpoints and resume, the NaN and divergence guards, DDP /
+FSDP2 under ``--nproc``) and sweep (:mod:`attnbench.sweep`). Per cell the store gets the validation loss at the
+best step, the test split's loss, perplexity and bits per byte, the unigram entropy of the corpus (the loss of a
+model that learned only token frequencies), parameters, delta-rule state size, tokens/s and wall time; the
+trained model is written as an artifact (:mod:`.artifact`) that ``attnbench eval lm`` (lm-eval) scores next.
+
+Determinism: window order from ``(seed, epoch)``, RNG from ``(seed, step, rank)``, so a resumed run ends
+bit-identical to an uninterrupted one on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnbench.errors import AttnbenchError
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
+from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, default_device, init_dist, shutdown, train
+from attnbench.train.memory import PeakMeter
+
+from .config import LMPreset, Variant, load_preset
+from .data import Corpus, DataConfig, load_corpus
+
+SUITE = "lm"
+DEFAULT_WORK = Path("results") / "runs" / "lm"
+HooksFor = Callable[[str], TrainHooks]
+
+
+def _ids(corpus: Corpus, split: str, idx: Sequence[int], device: torch.device) -> torch.Tensor:
+    arr = np.stack([corpus.window(split, int(i)) for i in idx]).astype(np.int64)    # [b, T+1]
+    return torch.from_numpy(arr).to(device, non_blocking=True)
+
+
+def next_token_loss(model: torch.nn.Module, ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross entropy of ``ids[:, 1:]`` given ``ids[:, :-1]`` through ``model``'s forward (so DDP / FSDP see it)."""
+    logits = model(ids[:, :-1])
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction=reduction)
+
+
+@torch.no_grad()
+def split_loss(model: torch.nn.Module, corpus: Corpus, split: str, *, windows: int, batch: int, dist: Dist,
+               device: torch.device) -> dict[str, float]:
+    """Mean next-token loss (nats) over the first ``windows`` windows of ``split`` (0: all), sharded over the
+    ranks; also perplexity and bits per byte (tokens -> bytes by the split's own ratio)."""
+    was = model.training
+    model.eval()
+    n = corpus.windows(split) if not windows else min(windows, corpus.windows(split))
+    if n == 0:
+        raise AttnbenchError(f"the {split} split has fewer than {corpus.seq_len + 1} tokens: nothing to evaluate")
+    mine = list(range(dist.rank, n, dist.world))
+    sums = torch.zeros(2, dtype=torch.float64, device=device)
+    for i in range(0, len(mine), batch):
+        ids = _ids(corpus, split, mine[i:i + batch], device)
+        sums[0] += next_token_loss(model, ids, reduction="sum").double()
+        sums[1] += ids[:, 1:].numel()
+    dist.all_reduce_sum(sums)
+    model.train(was)
+    loss = (sums[0] / sums[1]).item()
+    out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": int(sums[1].item())}
+    bpt = corpus.bytes_per_token(split)
+    if bpt:
+        out["bits_per_byte"] = loss / math.log(2) / bpt
+    return out
+
+
+def plan_cells(pre: LMPreset, variants: Sequence[Variant], *, seed: int, device: str, corpus_fp: str) -> list[Cell]:
+    from attnbench.store import point_hash
+
+    cells = []
+    for v in variants:
+        params = {"seed": seed, "preset": pre.name, "seq_len": pre.data.seq_len, "steps": pre.train.steps,
+                  "batch_size": pre.train.batch_size, "identity": pre.identity_hash(), "data": corpus_fp}
+        h = point_hash(suite=SUITE, setting=pre.key, task="pretrain", attention=v.label, options=v.options(),
+                       params=params, dtype="float32", device=device)
+        cells.append(Cell(task="pretrain", attention=v.label, config_hash=h, options=v.options(), params=params,
+                          dtype="float32", seed=seed, payload=v))
+    return cells
+
+
+def artifact_dir(work: Path, pre: LMPreset, cell: Cell) -> Path:
+    safe = cell.attention.replace(":", "_").replace("=", "-").replace("+", "_")
+    return Path(work) / "models" / pre.key.replace("/", "_") / f"{safe}-{cell.config_hash[:10]}"
+
+
+def run_cell(cell: Cell, ctx: CellContext, *, corpus: Corpus, pre: LMPreset, device: torch.device, work: Path,
+             hooks: Optional[HooksFor] = None) -> CellResult:
+    """Train one variant, pick the best validation step, score the test split, write the artifact."""
+    from attnbench.models.lm import build_lm
+    from attnbench.ops.delta import resolve_delta_impl
+
+    from .artifact import save_lm
+
+    dist = ctx.dist or Dist()
+    variant: Variant = cell.payload
+    meter = PeakMeter(device)
+    cfg = pre.model_config(variant, corpus.vocab_size)
+    torch.manual_seed(cell.seed)
+    model = build_lm(cfg).to(device)
+    order = TrainOrder(corpus.windows("train"), pre.train.batch_size, cell.seed)
+    eval_batch = max(1, pre.eval.batch_size)
+
+    def batch(step: int, rank: int, world: int):
+        return (_ids(corpus, "train", order.shard(step, rank, world), device),)
+
+    def loss(net, b, teacher):
+        return next_token_loss(net, b[0])
+
+    def validate(net):
+        r = split_loss(net, corpus, "val", windows=pre.data.eval_windows, batch=eval_batch, dist=dist, device=device)
+        return {"val_loss": r["loss"], "val_ppl": r["ppl"]}
+
+    ckpt = Path(work) / "checkpoints" / (artifact_dir(work, pre, cell).name + ".pt")
+    task = TrainTask(batch, loss, validate, unit="tokens", per_sample=pre.data.seq_len)
+    result = train(model, pre.train, task, seed=cell.seed, device=device, identity=cell.config_hash,
+                   checkpoint=ckpt, dist=dist, progress=ctx.progress, label=cell.label,
+                   hooks=hooks(cell.attention) if hooks else None, restart=ctx.force)
+    st = result.state
+    val = split_loss(model, corpus, "val", windows=0, batch=eval_batch, dist=dist, device=device)
+    test = split_loss(model, corpus, "test", windows=0, batch=eval_batch, dist=dist, device=device)
+    peak, mem_method = meter.read()
+    mixer = model.blocks[0].attn
+    metrics = {
+        "score": test["ppl"], "test_loss": test["loss"], "test_ppl": test["ppl"],
+        "test_bits_per_byte": test.get("bits_per_byte"), "test_tokens": test["tokens"],
+        "val_loss": val["loss"], "val_ppl": val["ppl"], "best_val_loss": st.best_value, "best_step": st.best_step,
+        "unigram_entropy": corpus.unigram_entropy(), "first_loss": st.first_loss, "steps_run": st.step,
+        "n_params": result.n_params, "state_per_layer": cfg.heads * mixer.key_dim * cfg.value_head_dim,
+        "key_dim": mixer.key_dim, "model": cfg.to_dict(),
+        "train_tokens": st.samples * pre.data.seq_len,
+        "train_tokens_per_s": st.samples * pre.data.seq_len / max(st.train_time, 1e-9),
+        "train_time_s": st.train_time, "wall_s": result.wall_s, "peak_mem_bytes": peak, "mem_method": mem_method,
+        "world_size": dist.world, "threads": torch.get_num_threads(), "data": corpus.description,
+        "vocab_size": corpus.vocab_size, "resumed_from": st.resumed_from,
+        "val_history": [[h["step"], h["val_loss"]] for h in st.history],
+    }
+    if dist.main:
+        folder = save_lm(artifact_dir(work, pre, cell), model, corpus.tokenizer, eos_id=corpus.eos_id,
+                         max_length=pre.data.seq_len,
+                         meta={"setting": pre.key, "variant": cell.attention, "config_hash": cell.config_hash,
+                               "preset": pre.name, "data": corpus.description, "heldout": str(corpus.test_docs),
+                               "seed": cell.seed, "n_params": result.n_params})
+        metrics["checkpoint"] = str(folder)
+        ckpt.unlink(missing_ok=True)
+    return CellResult("ok", metrics=metrics, impl=resolve_delta_impl(device, cfg.delta_impl))
+
+
+def with_data(pre: LMPreset, data: Optional[str]) -> LMPreset:
+    """``--data``: local files (paths / globs, comma-separated) or ``hub:NAME[:CONFIG]`` instead of the preset's."""
+    import dataclasses
+
+    if not data:
+        return pre
+    if data.startswith("hub:"):
+        name, _, config = data[4:].partition(":")
+        new = dataclasses.replace(pre.data, source="hub", path=name, name=config)
+    else:
+        new = dataclasses.replace(pre.data, source="files", path=data)
+    return dataclasses.replace(pre, data=DataConfig(**dataclasses.asdict(new)))
+
+
+def smoke(pre: LMPreset, variants: Sequence[Variant], *, console, seq_len: int = 64) -> int:
+    """Instantiate each variant's model of ``pre`` at the preset's vocabulary (on the meta device: parameter
+    count), then for real on the CPU for one forward / backward step on random tokens at ``seq_len``."""
+    from attnbench.models.lm import build_lm
+
+    vocab = pre.model.get("vocab_size") or 32000 if pre.data.tokenizer not in ("bpe", "bytes") else pre.data.vocab_size
+    for v in variants:
+        cfg = pre.model_config(v, vocab)
+        n = build_lm(cfg, "meta").num_params()
+        t0 = time.perf_counter()
+        torch.manual_seed(0)
+        model = build_lm(cfg)
+        built = time.perf_counter() - t0
+        ids = torch.randint(0, vocab, (1, seq_len + 1))
+        t0 = time.perf_counter()
+        loss = next_token_loss(model, ids)
+        loss.backward()
+        step = time.perf_counter() - t0
+        grads = sum(int(p.grad is not None) for p in model.parameters())
+        console.print(f"  {v.label:<28} {n / 1e6:8.2f} M parameters (vocabulary {vocab})  loss {loss.item():.3f} "
+                      f"(ln V = {math.log(vocab):.3f})  forward+backward at {seq_len} tokens {step:.1f} s "
+                      f"(build {built:.1f} s), {grads} parameter gradients")
+        if not math.isfinite(loss.item()):
+            console.print(f"[red]{v.label}: non-finite loss[/]")
+            return 1
+        del model, loss
+    return 0
+
+
+def run_lm(*, variants: Sequence[Variant], preset: str, data: Optional[str] = None, seed: int = 0,
+           force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
+           shard: Optional[tuple[int, int]] = None, console=None, argv: Optional[list[str]] = None,
+           evaluate: bool = True, hooks: Optional[HooksFor] = None, progress: bool = True) -> SweepSummary:
+    from rich.console import Console
+
+    from attnbench.store import project_root
+
+    console = console or Console()
+    pre = with_data(load_preset(preset), data)
+    for v in variants:  # every model option checked (trial config) before any data is read
+        pre.model_config(v, 256)
+    work = Path(out) if out else project_root() / DEFAULT_WORK
+    device = default_device()
+    if pre.train.precision != "fp32" and device.type != "cuda":
+        raise AttnbenchError(f"{pre.path}: precision {pre.train.precision!r} is autocast on CUDA only and this machine "
+                             f"has no GPU; use --preset tiny, or `--smoke` to check the {pre.name} models on the CPU")
+    dist = init_dist(device)
+    try:
+        if dist.main:
+            console.print(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · {pre.train.steps} steps × "
+                          f"{pre.train.batch_size} × {pre.data.seq_len} tokens · {device}"
+                          + (f" · {dist.world} processes" if dist.enabled else ""))
+        corpus = load_corpus(pre.data, work / "data", console=console if dist.main else None)
+        if dist.main:
+            console.print(f"[dim]corpus: {corpus.description}; {len(corpus.train):,} training tokens, vocabulary "
+                          f"{corpus.vocab_size}, unigram entropy {corpus.unigram_entropy():.3f} nats/token[/]")
+        cells = plan_cells(pre, variants, seed=seed, device=device.type, corpus_fp=corpus.fingerprint)
+        config = {"preset": pre.name, "variants": [v.label for v in variants], "world_size": dist.world,
+                  **pre.identity()}
+
+        def one(cell: Cell, ctx: CellContext) -> CellResult:
+            return run_cell(cell, ctx, corpus=corpus, pre=pre, device=device, work=work, hooks=hooks)
+
+        summary = run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
+                            threads=torch.get_num_threads(), force=force, shard=shard, console=console,
+                            progress=progress, argv=argv, dist=dist, describe=_line)
+    finally:
+        shutdown(dist)
+    if not (evaluate and pre.eval.tasks and dist.main):
+        return summary
+    return _evaluate_trained(summary, pre, db=db, force=force, console=console, work=work)
+
+
+def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, console, work: Path) -> SweepSummary:
+    """lm-eval on the checkpoint of every cell that trained (now or earlier), through ``attnbench eval lm``'s
+    code; the returned summary fails if either step failed."""
+    from attnbench.store import Store
+
+    from .eval_cli import run_evaluation
+
+    hashes = [o.cell.config_hash for o in summary.outcomes if o.result.status == "ok"]
+    with Store(db) as store:
+        recs = {r.config_hash: r for r in store.measurements(suite=SUITE, setting=pre.key, task="pretrain")
+                if r.status == "ok"}
+    checkpoints = [recs[h].metrics["checkpoint"] for h in hashes if h in recs and recs[h].metrics.get("checkpoint")]
+    missing = [p for p in checkpoints if not Path(p).is_dir()]
+    if missing:
+        console.print(f"[yellow]{len(missing)} checkpoint(s) recorded but not on this machine, not evaluated: "
+                      f"{', '.join(missing)}[/]")
+    checkpoints = [p for p in checkpoints if Path(p).is_dir()]
+    if not checkpoints:
+        return summary
+    console.print()
+    ev = run_evaluation(checkpoints, list(pre.eval.tasks), limit=pre.eval.limit or None,
+                        batch_size=pre.eval.batch_size, num_fewshot=pre.eval.num_fewshot, db=db, force=force,
+                        console=console)
+    return ev if ev.exit_code() and not summary.exit_code() else summary
+
+
+def _line(o: Outcome) -> str:
+    from rich.markup import escape
+
+    head = f"  {escape(o.cell.attention):<28}"
+    r = o.result
+    if r.status == "ok" and r.metrics:
+        m = r.metrics
+        return (f"{head} [green]ok[/]  test ppl {m['test_ppl']:.2f} (loss {m['test_loss']:.3f}, unigram entropy "
+                f"{m['unigram_entropy']:.3f}) · best val loss {m['best_val_loss']:.3f} @ step {m['best_step']} · "
+                f"{m['n_params'] / 1e6:.2f} M params · {m['train_tokens_per_s']:.0f} tokens/s · wall "
+                f"{m['wall_s']:.0f} s")
+    if r.status == "ok":
+        return f"{head} [green]ok[/]  ({o.skipped})"
+    color = "yellow" if r.status == "interrupted" else "red"
+    return f"{head} [{color}]{r.status}[/]  {escape((r.error or o.skipped or '').splitlines()[0])}"
