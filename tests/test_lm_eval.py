@@ -323,6 +323,12 @@ def test_eval_command_records_and_skips(cli_app, checkpoint, tmp_path):
     assert (Path(str(checkpoint) + ".lm_eval_tasks") / "attnbench_heldout.yaml").is_file()
     r = runner.invoke(cli_app, ["lm", str(checkpoint), "--db", db])
     assert r.exit_code == 0 and "finished earlier" in r.output
+    r = runner.invoke(cli_app, ["lm", str(checkpoint), "--db", db, "--tasks", "attnbench_heldout", "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    with Store(db) as store:
+        records = store.measurements(suite="lm")
+    assert len(records) == 2 and records[-1].params["limit"] == 2 and records[-1].metrics["n"] == \
+        {"attnbench_heldout": 2}
 
 
 def _one_error_line(output: str) -> str:

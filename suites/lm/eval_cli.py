@@ -103,6 +103,10 @@ def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str]
     names = _tasks_list(tasks)
     if not names:
         raise AttnbenchError("--tasks: no task given")
+    if limit is not None:
+        if limit <= 0:
+            raise AttnbenchError(f"--limit must be > 0 (documents per task, or a fraction < 1), got {limit}")
+        limit = int(limit) if limit >= 1 else float(limit)  # lm-eval: a count from 1 up, else a fraction
     if not checkpoints:
         raise AttnbenchError("no checkpoint given")
     wants_local = any(t in LOCAL_TASKS for t in names)
@@ -135,7 +139,7 @@ def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str]
         setting = str(meta.get("setting") or "lm/unknown")
         variant = str(meta.get("variant") or path.name)
         params = {"checkpoint_hash": meta.get("config_hash"), "tasks": names, "limit": limit,
-                  "num_fewshot": num_fewshot}
+                  "num_fewshot": num_fewshot, "seed": seed}
         h = point_hash(suite="lm", setting=setting, task="lm-eval", attention=variant, options={}, params=params,
                        dtype=None, device=device)
         by_setting.setdefault(setting, []).append(

@@ -346,7 +346,7 @@ def check_tasks(tasks: str | Sequence[str], include_path: PathList = None, *, of
     names = _tasks_list(tasks)
     if not names:
         raise EvalError("no task given")
-    with hub_mode(offline):
+    with hub_mode(offline), _quiet_datasets():
         tm = task_manager(names, include_path)
         unknown = [t for t in names if t not in tm.all_tasks]
         if unknown:
@@ -387,6 +387,23 @@ def sample_counts(results: dict) -> dict[str, int]:
     return {t: int(c.get("effective", c.get("original", 0))) for t, c in n.items()}
 
 
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """No ``datasets`` progress bars ("Generating test split") within the block."""
+    try:
+        from datasets.utils import logging as ds_logging
+    except ImportError:  # pragma: no cover - lm-eval depends on datasets
+        yield
+        return
+    was = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            ds_logging.enable_progress_bar()
+
+
 def evaluate_checkpoint(path_or_loaded: Any, tasks: str | Sequence[str], *, include_path: PathList = None,
                         limit: Optional[float] = None, batch_size: int = 8, device: str = "cpu",
                         num_fewshot: int = 0, offline: bool = True, bootstrap_iters: int = 1000,
@@ -408,7 +425,7 @@ def evaluate_checkpoint(path_or_loaded: Any, tasks: str | Sequence[str], *, incl
     else:
         lm = AttnbenchLM(loaded=path_or_loaded, batch_size=batch_size, device=device)
 
-    with hub_mode(offline):
+    with hub_mode(offline), _quiet_datasets():
         tm = task_manager(names, include_path)
         unknown = [t for t in names if t not in tm.all_tasks]
         if unknown:
