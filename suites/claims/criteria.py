@@ -44,7 +44,7 @@ class Criterion:
 
     def verdict(self, stat: "Statistic") -> str:
         lo, hi = stat.lo, stat.hi
-        if not (math.isfinite(lo) and math.isfinite(hi)):
+        if math.isnan(lo) or math.isnan(hi):  # an infinite end is a censored bound, still decisive
             return "inconclusive"
         if self.side == "<":
             if hi < self.holds_at:

@@ -36,9 +36,8 @@ class TeacherRef:
 def no_teacher_reason(db: Optional[str]) -> str:
     from attnbench.store import resolve_db
 
-    return (f"no trained softmax ViT of vision/{TEACHER_PRESET} in {resolve_db(db)} (nothing committed has "
-            f"weights either); train one with `attnbench run vision --attn softmax --preset {TEACHER_PRESET}` "
-            f"(about a minute on a CPU) and rerun")
+    return (f"no trained vision/{TEACHER_PRESET} softmax ViT in {resolve_db(db).name} (none committed either): "
+            f"`attnbench run vision --attn softmax --preset {TEACHER_PRESET}` trains one (about a minute)")
 
 
 def find_teacher(db: Optional[str], seed: int = 0) -> Optional[TeacherRef]:

@@ -1,0 +1,50 @@
+"""``attnbench run claims``: a typer command over :mod:`.runner`. Torch-free at import."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnbench import clikit
+from attnbench.clikit import console, fail
+from attnbench.errors import AttnbenchError
+
+
+def run_command(
+    attn: Optional[str] = typer.Option(None, "--attn", help="the mechanisms each check includes (of those it can "
+                                       "measure; default: each check's own list). " + clikit.ATTN_HELP),
+    only: Optional[str] = typer.Option(None, "--only", help="comma-separated check names to run (default: all): "
+                                       "nala-entropy, nala-nonneg, mirrorla-isometry, mirrorla-truncation, "
+                                       "laplacian-distance, laplacian-ns, laplacian-ns-vs-cg, laplacian-nystrom, "
+                                       "stella-variance, memory, adala-depth"),
+    skip: Optional[str] = typer.Option(None, "--skip", help="comma-separated check names to leave out"),
+    seed: int = clikit.SEED,
+    force: bool = clikit.FORCE,
+    db: Optional[str] = clikit.DB,
+    out: Optional[str] = typer.Option(None, "--out", help="folder of the figures (default: results/claims)"),
+    shard: Optional[str] = clikit.SHARD,
+) -> None:
+    """Each paper's mechanism-level argument measured on attnbench's implementations: one statistic per (check,
+    mechanism, input), a criterion stated before measuring, a verdict (holds / fails / inconclusive) and a figure."""
+    import sys
+
+    from attnbench.spec import parse_specs
+    from attnbench.sweep import parse_shard
+
+    try:
+        specs = parse_specs(attn) if attn is not None else None
+        shard_kn = parse_shard(shard)
+        from .runner import SETTING, select_checks
+
+        select_checks(only, skip)  # unknown names fail here, before any work
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+
+    def run():
+        from .runner import run_claims
+
+        return run_claims(attentions=specs, only=only, skip=skip, seed=seed, force=force, db=db, out=out,
+                          shard=shard_kn, console=console, argv=sys.argv)
+
+    clikit.finish(run, suite="claims", setting=SETTING, db=db)
