@@ -367,3 +367,27 @@ def test_hub_task_offline_is_one_line(tmp_path):
         check_tasks(["attnbench_hubonly"], tmp_path, offline=True)
     msg = str(e.value)
     assert "\n" not in msg and "--online" in msg and "attnbench_heldout" in msg
+
+
+def test_hub_mode_switches_imported_libraries():
+    """The HF libraries read the offline variables once, at import: hub_mode also flips their constants, and
+    restores them."""
+    import datasets.config
+    import huggingface_hub.constants as hub
+
+    from attnbench.suites.lm.evaluate import hub_mode
+
+    before = (datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE"))
+    for offline in (True, False):
+        with hub_mode(offline):
+            assert datasets.config.HF_HUB_OFFLINE is offline and hub.HF_HUB_OFFLINE is offline
+            assert os.environ["HF_DATASETS_OFFLINE"] == os.environ["HF_HUB_OFFLINE"] == ("1" if offline else "0")
+        assert (datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE")) == before
+
+
+def test_eval_cli_imports_without_torch_or_lm_eval():
+    code = ("import sys, attnbench.suites.lm.eval_cli; "
+            "print(sorted(m for m in ('torch', 'lm_eval', 'datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

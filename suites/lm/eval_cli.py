@@ -61,8 +61,10 @@ def _heldout_file(meta: dict, checkpoint: Path) -> Optional[Path]:
     held = meta.get("heldout")
     if not held:
         return None
+    from attnbench.store import project_root
+
     p = Path(held)
-    for cand in ([p] if p.is_absolute() else [checkpoint / p, checkpoint.parent / p, Path.cwd() / p]):
+    for cand in ([p] if p.is_absolute() else [Path.cwd() / p, project_root() / p, checkpoint / p]):
         if cand.is_file():
             return cand.resolve()
     raise CheckpointError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
