@@ -268,6 +268,8 @@ def test_registered_model_loads_a_checkpoint(checkpoint):
     assert get_model("dummy").__name__ == "DummyLM"  # lm-eval's own models still resolve
     lm = AttnbenchLM.create_from_arg_string(f"pretrained={checkpoint},batch_size=4", {"device": None})
     assert lm.batch_size == 4 and lm.max_length == MAX_LEN and lm.meta["variant"] == "deltanet+silu"
+    with pytest.raises(TypeError, match="pretained"):
+        AttnbenchLM.create_from_arg_string(f"pretained={checkpoint}")
 
 
 def test_lm_eval_cli_offline_subprocess(checkpoint, toy, tmp_path):

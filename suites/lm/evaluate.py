@@ -76,6 +76,10 @@ from lm_eval.api.registry import register_model  # noqa: E402
 _register = register_model("attnbench") if __name__ != "__main__" else (lambda cls: cls)
 
 
+# lm-eval's settings that its CLI / simple_evaluate pass to every model and that mean nothing here
+IGNORED_ARGS = {"max_batch_size", "dtype", "trust_remote_code", "parallelize", "revision"}
+
+
 def _batch_size(value: Any, default: int = 8) -> int:
     if value is None:
         return default
@@ -96,9 +100,14 @@ class AttnbenchLM(TemplateLM):
 
     def __init__(self, pretrained: Optional[str] = None, *, model: Any = None, tokenizer: Any = None,
                  eos_id: Optional[int] = None, max_length: Optional[int] = None, batch_size: Any = 8,
-                 device: Optional[str] = "cpu", max_gen_toks: int = 256, loaded: Any = None, **_ignored: Any):
+                 device: Optional[str] = "cpu", max_gen_toks: int = 256, loaded: Any = None, **extra: Any):
         super().__init__()
         import torch
+
+        unknown = sorted(set(extra) - IGNORED_ARGS)
+        if unknown:
+            raise TypeError(f"attnbench model: unknown argument(s) {', '.join(unknown)}; it takes pretrained, "
+                            f"batch_size, device, max_gen_toks (or model, tokenizer, eos_id, max_length)")
 
         if pretrained is not None and loaded is None:
             from .artifact import load_lm
@@ -157,8 +166,9 @@ class AttnbenchLM(TemplateLM):
     def tok_decode(self, tokens: Sequence[int], **kwargs: Any) -> str:
         return self.tokenizer.decode(list(tokens))
 
-    def _logprobs(self, rows: list[list[int]]):
-        """log-softmax (float32) of the model over right-padded ``rows``: [B, T_max, V]."""
+    def _logits(self, rows: list[list[int]]):
+        """The model's logits over right-padded ``rows``: [B, T_max, V] (causal: the padding changes nothing
+        before it)."""
         import torch
 
         width = max(len(r) for r in rows)
@@ -166,8 +176,7 @@ class AttnbenchLM(TemplateLM):
         for i, r in enumerate(rows):
             batch[i, :len(r)] = torch.tensor(r, dtype=torch.long)
         with torch.inference_mode():
-            logits = self.model(batch.to(self._device))
-        return torch.log_softmax(logits.float(), dim=-1)
+            return self.model(batch.to(self._device))
 
     def _windows(self, ctx: Sequence[int], cont: Sequence[int]) -> list[tuple[list[int], list[int]]]:
         """(input, targets) pieces that score ``cont`` after ``ctx``: inputs of at most ``max_length`` tokens, the
@@ -199,10 +208,10 @@ class AttnbenchLM(TemplateLM):
         greedy = [True] * len(requests)
         for start in range(0, len(pieces), self.batch_size):
             chunk = pieces[start:start + self.batch_size]
-            logp = self._logprobs([inp for _, inp, _ in chunk])
+            logits = self._logits([inp for _, inp, _ in chunk])
             for b, (i, inp, tgt) in enumerate(chunk):
                 n, c = len(inp), len(tgt)
-                lp = logp[b, n - c:n]  # the positions that predict the targets
+                lp = torch.log_softmax(logits[b, n - c:n].float(), dim=-1)  # the positions predicting the targets
                 target = torch.tensor(tgt, dtype=torch.long, device=lp.device)
                 ll[i] += float(lp.gather(-1, target[:, None]).sum())
                 greedy[i] = greedy[i] and bool((lp.argmax(-1) == target).all())
@@ -249,8 +258,7 @@ class AttnbenchLM(TemplateLM):
             new: list[int] = []
             text = ""
             for _ in range(max_new):
-                logp = self._logprobs([(ids + new)[-self._max_length:]])
-                tok = int(logp[0, -1].argmax())
+                tok = int(self._logits([(ids + new)[-self._max_length:]])[0, -1].argmax())
                 if tok == self._eos_id:
                     break
                 new.append(tok)
