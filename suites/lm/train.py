@@ -198,7 +198,7 @@ def smoke(pre: LMPreset, variants: Sequence[Variant], *, console, seq_len: int =
     return 0
 
 
-def run_lm(*, variants: Sequence[Variant], preset: str, data: Optional[str] = None, seed: int = 0,
+def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optional[str] = None, seed: int = 0,
            force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
            shard: Optional[tuple[int, int]] = None, console=None, argv: Optional[list[str]] = None,
            evaluate: bool = True, hooks: Optional[HooksFor] = None, progress: bool = True) -> SweepSummary:
@@ -207,7 +207,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str, data: Optional[str] = No
     from attnbench.store import project_root
 
     console = console or Console()
-    pre = with_data(load_preset(preset), data)
+    pre = with_data(preset if isinstance(preset, LMPreset) else load_preset(preset), data)
     for v in variants:  # every model option checked (trial config) before any data is read
         pre.model_config(v, 256)
     work = Path(out) if out else project_root() / DEFAULT_WORK
