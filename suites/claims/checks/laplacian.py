@@ -92,7 +92,7 @@ def run_distance(ctx: Context) -> Result:
     else:
         raise ValueError(ctx.input)
     l1 = torch.cdist(q, k, p=1)  # [G, ., N, N]: pairs within one sequence
-    l2 = torch.cdist(q, k, p=2)
+    l2 = torch.cdist(q, k, p=2, compute_mode="donot_use_mm_for_euclid_dist")  # exact differences, not |q|²+|k|²-2qk
     if ctx.input == "real":  # a scale per (layer, head): standardise inside each before pooling
         l1 = (l1 - l1.mean((1, 2, 3), keepdim=True)) / l1.std(dim=(1, 2, 3), keepdim=True)
         l2 = (l2 - l2.mean((1, 2, 3), keepdim=True)) / l2.std(dim=(1, 2, 3), keepdim=True)
