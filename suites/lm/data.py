@@ -51,7 +51,7 @@ class DataConfig:
     split: str = "train"           # files / hub: the split read (documents are re-split by hash)
     text_field: str = "text"
     tokenizer: str = "bpe"         # "bpe" (trained here), "bytes", or a hub name / local path
-    vocab_size: int = 2048         # for "bpe"
+    vocab_size: int = 2048         # "bpe": trained to this size; a hub tokenizer: its size (used by --smoke)
     seq_len: int = 128
     max_train_bytes: int = 0       # 0: every training document
     max_eval_bytes: int = 0        # cap on the validation and the test split each (0: no cap)
