@@ -93,6 +93,11 @@ def toy():
     return {"docs": docs, "tok": tok, "eos": eos, "V": vocab, "table": table}
 
 
+def short_docs(toy) -> list[str]:
+    """6 documents of 12 lines: the held-out corpus of the real checkpoint (its cloze task: ~60 items)."""
+    return ["\n".join(d.split("\n")[:12]) for d in toy["docs"][:6]]
+
+
 def lm_of(toy, model, max_length=MAX_LEN, batch_size=8):
     from attnbench.suites.lm.evaluate import AttnbenchLM
 
@@ -250,7 +255,7 @@ def checkpoint(toy, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ckpt")
     held = root / "heldout.jsonl"
-    held.write_text("".join(json.dumps({"text": d}) + "\n" for d in toy["docs"][:6]))
+    held.write_text("".join(json.dumps({"text": d}) + "\n" for d in short_docs(toy)))
     torch.manual_seed(0)
     model = build_lm(LMConfig(vocab_size=toy["V"], hidden=32, layers=1, heads=2, head_dim=8, hidden_ratio=2.0))
     path = artifact.save_lm(root / "model", model, toy["tok"], eos_id=toy["eos"], max_length=MAX_LEN,
@@ -276,7 +281,7 @@ def test_lm_eval_cli_offline_subprocess(checkpoint, toy, tmp_path):
     """lm-eval's own command line, `--model attnbench`, the local tasks, with the offline flags set."""
     from attnbench.suites.lm.local_tasks import write_local_tasks
 
-    inc = write_local_tasks(tmp_path / "tasks", toy["docs"][:6], n_cloze=12)
+    inc = write_local_tasks(tmp_path / "tasks", short_docs(toy), n_cloze=12)
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = tmp_path / "out"
