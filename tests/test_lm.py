@@ -178,6 +178,36 @@ def test_a_tiny_model_learns_its_corpus_well_below_the_unigram_entropy(small_pre
     assert loaded.model(ids).shape == (1, ids.shape[1], loaded.tokenizer.get_vocab_size())
 
 
+def test_run_lm_scores_its_checkpoints_with_lm_eval_and_the_table_joins_them(small_preset, work):
+    pre = dataclasses.replace(small_preset, eval=dataclasses.replace(
+        small_preset.eval, tasks=["attnbench_heldout", "attnbench_cloze"], limit=8))
+    # the same cell as the learning test (eval settings are not part of a cell's identity): trained there or here
+    s = run_lm(variants=parse_variants("gated_deltanet+nala"), preset=pre, db=str(work / "a.db"), out=str(work),
+               console=QUIET, progress=False)
+    assert s.exit_code() == 0, s.line()
+    (e,) = records(work / "a.db", task="lm-eval")
+    scores = e.metrics["lm_eval"]
+    assert e.attention == "gated_deltanet+nala" and e.setting == "lm/tiny"
+    assert 0 < scores["attnbench_heldout"]["bits_per_byte"] < 8
+    assert 0 <= scores["attnbench_cloze"]["acc"] <= 1
+    from attnbench.report import table
+
+    import io
+
+    buf = io.StringIO()
+    table("lm", db=str(work / "a.db"), setting="lm/tiny", fmt="markdown", committed=False,
+          console=Console(file=buf, width=300))
+    text = buf.getvalue()
+    row = next(line for line in text.splitlines() if line.startswith("| gated_deltanet+nala |"))
+    assert f"{scores['attnbench_heldout']['bits_per_byte']:.3f}" in row
+
+
+def test_smoke_builds_each_model_and_steps_once():
+    r = cli("run", "lm", "--smoke")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("M parameters") == 4 and "non-finite" not in r.stdout
+
+
 class Killed(BaseException):  # not an Exception: the sweep records those and goes on
     pass
 
@@ -230,7 +260,8 @@ def test_two_gloo_processes_match_one(tmp_path, small_preset, work):
 
     text = (resources.files("attnbench.suites.lm") / "presets" / "tiny.toml").read_text()
     for a, b in (("steps = 300", "steps = 6"), ("warmup = 30", "warmup = 2"), ("eval_every = 100", "eval_every = 3"),
-                 ("max_train_bytes = 4_000_000", "max_train_bytes = 600_000"), ("vocab_size = 2048", "vocab_size = 512"),
+                 ("max_train_bytes = 4_000_000", "max_train_bytes = 600_000"),
+                 ("vocab_size = 2048", "vocab_size = 512"),
                  ("max_eval_bytes = 300_000", "max_eval_bytes = 40_000"), ("seq_len = 128", "seq_len = 64"),
                  ('tasks = ["attnbench_heldout", "attnbench_cloze"]', "tasks = []")):
         assert a in text, a

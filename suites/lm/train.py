@@ -239,10 +239,11 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
         shutdown(dist)
     if not (evaluate and pre.eval.tasks and dist.main):
         return summary
-    return _evaluate_trained(summary, pre, db=db, force=force, console=console, work=work)
+    return _evaluate_trained(summary, pre, db=db, force=force, console=console, device=device)
 
 
-def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, console, work: Path) -> SweepSummary:
+def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, console,
+                      device: torch.device) -> SweepSummary:
     """lm-eval on the checkpoint of every cell that trained (now or earlier), through ``attnbench eval lm``'s
     code; the returned summary fails if either step failed."""
     from attnbench.store import Store
@@ -264,7 +265,7 @@ def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, consol
     console.print()
     ev = run_evaluation(checkpoints, list(pre.eval.tasks), limit=pre.eval.limit or None,
                         batch_size=pre.eval.batch_size, num_fewshot=pre.eval.num_fewshot, db=db, force=force,
-                        console=console)
+                        console=console, device=str(device))
     return ev if ev.exit_code() and not summary.exit_code() else summary
 
 
