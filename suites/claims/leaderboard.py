@@ -37,7 +37,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
     out = []
     for (setting, device), recs in sorted(groups.items()):
         rank = {n: i for i, n in enumerate(ORDER)}
-        recs.sort(key=lambda r: (rank.get(r.task, len(ORDER)), r.task, label_of(r), r.params.get("input", "")))
+        # checks in table order; within one, mechanisms and inputs in the order the run planned them
+        recs.sort(key=lambda r: (rank.get(r.task, len(ORDER)), r.task, r.metrics.get("order", 0), label_of(r),
+                                 r.params.get("input", "")))
         rows, counts = [], {}
         for r in recs:
             m = r.metrics
@@ -60,7 +62,41 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                + f". Commit {', '.join(commits)}.")
         out.append((f"claims — {setting} · {device}" + (f" ({'; '.join(names)})" if names else ""),
                     ["check", "attention", "input", "statistic", "criterion", "verdict"], rows, cap))
+        mem = [r for r in recs if r.task == "memory" and r.status == "ok" and "peak_bytes" in r.metrics]
+        if mem:
+            out.append(memory_table(mem, setting, device))
     return out
+
+
+def memory_table(recs: list[Measurement], setting: str, device: str):
+    """The memory check's numbers: peak forward memory per N with the ratio to softmax (reference) where softmax
+    ran, beside what the paper prints."""
+    from attnbench.report import fmt_bytes, fmt_n
+
+    sizes = sorted({n for r in recs for n in r.metrics["sizes"]})
+    rows = []
+    soft = {}
+    for r in recs:
+        m = r.metrics
+        cells = []
+        for n in sizes:
+            if n not in m["sizes"]:
+                cells.append("-")
+                continue
+            i = m["sizes"].index(n)
+            ratio = m["ratio_to_softmax"][i]
+            if m["softmax_peak_bytes"][i] is not None:
+                soft[n] = m["softmax_peak_bytes"][i]
+            cells.append(fmt_bytes(m["peak_bytes"][i]) + (f" (x{ratio:.3g})" if ratio is not None else ""))
+        rows.append([label_of(r), *cells, m.get("paper", "")])
+    rows.append(["softmax (reference)", *[fmt_bytes(soft[n]) if n in soft else "size limit" for n in sizes], ""])
+    cap = ("Peak bytes of tensors alive at once in one forward pass (B = 1, H = 1, d = 64, float32, no autograd; "
+           "attnbench.bench.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
+           "reference form (its N x N matrices) at the same N; 'size limit': softmax not run (its two N x N float32 "
+           "matrices exceed the cap). The papers' numbers are whole models on GPUs against their own baselines: "
+           "context, not comparable.")
+    return (f"claims memory — {setting} · {device}", ["attention", *[f"N = {fmt_n(n)}" for n in sizes],
+                                                      "the paper prints"], rows, cap)
 
 
 def view():

@@ -54,6 +54,7 @@ def plan_cells(checks: Sequence, specs: Optional[Sequence[AttentionSpec]], *, se
     those it accepts; a check that accepts none of them is left out."""
     cells = []
     for check in checks:
+        order = 0
         mechs = [parse_spec(m) for m in check.defaults] if specs is None else [s for s in specs if check.accepts(s)]
         for spec in mechs:
             for inp in check.inputs:
@@ -62,13 +63,14 @@ def plan_cells(checks: Sequence, specs: Optional[Sequence[AttentionSpec]], *, se
                 h = point_hash(suite=SUITE, setting=SETTING, task=check.name, attention=spec.name,
                                options=dict(spec.options), params=params, dtype=None, device="cpu")
                 cells.append(Cell(task=check.name, attention=spec.name, config_hash=h, options=dict(spec.options),
-                                  params=params, seed=seed, payload=(check, spec, inp),
+                                  params=params, seed=seed, payload=(check, spec, inp, order),
                                   name=f"{check.name} · {spec.label} · {inp}"))
+                order += 1
     return cells
 
 
 def figure_path(out: Path, cell: Cell) -> Path:
-    check, spec, inp = cell.payload
+    check, spec, inp, _ = cell.payload
     return out / f"{check.name}--{slug(spec.label)}--{inp}.png"
 
 
@@ -85,18 +87,20 @@ def _display(path: Path) -> str:
 def run_cell(cell: Cell, ctx: CellContext, *, out: Path, teacher, no_teacher: str) -> CellResult:
     from .checks import Skip
 
-    check, spec, inp = cell.payload
+    check, spec, inp, order = cell.payload
     if inp == "real" and teacher is None:
-        raise CellError(no_teacher, status="skipped", metrics={"verdict": "skipped", "reason": no_teacher})
+        raise CellError(no_teacher, status="skipped", metrics={"verdict": "skipped", "reason": no_teacher,
+                                                               "order": order})
     fig = figure_path(out, cell)
     try:
         res = check.run(check.context(spec, inp, seed=cell.seed or 0, teacher=teacher, figure=fig))
     except Skip as e:
-        raise CellError(str(e), status="skipped", metrics={"verdict": "skipped", "reason": str(e)}) from None
+        raise CellError(str(e), status="skipped", metrics={"verdict": "skipped", "reason": str(e),
+                                                           "order": order}) from None
     metrics = res.metrics()
     if res.figure:
         metrics["figure"] = _display(Path(res.figure))
-    metrics.update(paper=check.paper, claim=check.claim)
+    metrics.update(paper_ref=check.paper, claim=check.claim, order=order)
     return CellResult("ok", metrics=metrics)
 
 
