@@ -156,13 +156,16 @@ class FeatureMap(nn.Module):
 
 
 class FeatureMapAttention(Attention):
-    """Linear attention from a feature map: ``o_t = phi(q_t) S / (phi(q_t) z + eps)``.
+    """Linear attention from a feature map: ``o_t = phi(q_t) S / (phi(q_t) z + g_t)``.
 
     The normaliser uses means (``S = mean_i phi(k_i)^T v_i``, ``z = mean_i phi(k_i)``, over i <= t when causal),
-    which equals the sum form with ``eps`` measured relative to a mean score, as the released PolaFormer and
-    NaLaFormer code do. ``reference`` materialises the N x N scores; ``torch`` runs the associative
-    (bidirectional) or chunked (causal) form of :mod:`attnbench.ops.linear_attn`, computing the features block
-    by block (:func:`~attnbench.ops.linear_attn.linear_attention_blocked`).
+    and the guard ``g_t = eps ||phi(q_t)|| ||z|| + tiny`` is relative to the scores (scale-aware, see
+    :mod:`attnbench.ops.linear_attn`), so eps is negligible for every map whatever its features' scale.
+    ``reference`` materialises the N x N scores; ``torch`` runs the associative (bidirectional) or chunked
+    (causal) form of :mod:`attnbench.ops.linear_attn`, computing the features block by block
+    (:func:`~attnbench.ops.linear_attn.linear_attention_blocked`). ``triton`` (causal, GPU) keeps the kernel's
+    fixed ``eps`` against the mean score: it differs from the others by at most ``eps / mean score`` relative
+    (``< 2e-4`` for every map here on unit Gaussian inputs, d = 64).
     """
 
     feature_map_cls: ClassVar[type[FeatureMap]]
@@ -193,9 +196,15 @@ class FeatureMapAttention(Attention):
                                            chunk_size=self.chunk_size, block_size=self.block_size)
 
     def forward_triton(self, q, k, v):
-        """Causal: the features, then ``attnbench.kernels.chunk_linear_attn`` (normaliser in the same pass)."""
+        """Causal: the features, then ``attnbench.kernels.chunk_linear_attn`` for the numerator (unnormalised);
+        the normaliser and its scale-aware guard from the prefix sums of the key features (elementwise, fp32),
+        so this form computes the same function as the others (the kernel's own eps is a fixed one)."""
         from ..kernels import chunk_linear_attn  # lazy: triton is optional
 
         fq, fk = self.feature_map.features_triton(q, k)
-        out, _ = chunk_linear_attn(fq, fk, v, eps=self.eps, chunk_size=self.chunk_size)
-        return out
+        num, _ = chunk_linear_attn(fq, fk, v, normalize=False, chunk_size=self.chunk_size)    # [B, H, N, D]
+        fq32 = fq.float()
+        c = torch.arange(1, q.shape[-2] + 1, device=q.device, dtype=torch.float32).unsqueeze(-1)  # [N, 1]
+        z_mean = fk.float().cumsum(-2) / c                                     # [B, H, N, M]
+        den = (fq32 * z_mean).sum(-1, keepdim=True)                            # [B, H, N, 1] mean score
+        return (num.float() / c) / (den + la.guard(fq32, z_mean, self.eps))

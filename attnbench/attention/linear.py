@@ -9,6 +9,22 @@ from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
 
 
+class _EluPlusOne(torch.autograd.Function):
+    """ELU(x) + 1 = exp(min(x, 0)) + max(x, 0), with the derivative from the saved output: ``min(phi, 1)`` (e^x
+    below 0, 1 above). ATen's ``elu_backward`` recomputes the exponential instead."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clamp(max=0).exp_().add_(x.clamp(min=0))                        # in place: ~2x ATen's elu on the CPU
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return y.clamp(max=1.0).mul_(grad)
+
+
 @register_feature_map
 class EluFeatureMap(FeatureMap):
     """phi(x) = ELU(x) + 1 > 0 (Katharopoulos et al. 2020, Sec. 3.2)."""
@@ -17,10 +33,13 @@ class EluFeatureMap(FeatureMap):
     paper = "Katharopoulos et al. 2020 (Transformers are RNNs)"
 
     def phi(self, x):
-        if torch.is_grad_enabled() and x.requires_grad:
-            return F.elu(x) + 1.0
-        # inference: exp(min(x, 0)) + max(x, 0) in place, ~2x faster than ATen's elu on the CPU
-        return x.clamp(max=0).exp_().add_(x.clamp(min=0))
+        return _EluPlusOne.apply(x)
+
+    def phi_q_reference(self, q):
+        return F.elu(q) + 1.0
+
+    def phi_k_reference(self, k):
+        return F.elu(k) + 1.0
 
 
 @register_attention

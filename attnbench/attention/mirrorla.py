@@ -111,10 +111,12 @@ class MirrorFeatureMap(FeatureMap):
             mean = shifted.cumsum(2) / count
             mean_sq = shifted.pow(2).cumsum(2) / count
             return (mean_sq - mean.pow(2)).clamp_min(0).sum(-1) / 2.0                # [B, H, N, d/2]
-        first = self.reflect_heads(x[:, :, :1]) if reflect else x[:, :, :1]          # [B, H, 1, D]
+        # one split: under autograd a slice per block zero-fills a tensor of x's full size in the backward, each
+        parts = x.split(_STAT_BLOCK, dim=2)
+        first = parts[0][:, :, :1]                                                   # [B, H, 1, D]
+        first = self.reflect_heads(first) if reflect else first
         s1 = s2 = 0.0
-        for a in range(0, N, _STAT_BLOCK):
-            xb = x[:, :, a:a + _STAT_BLOCK]
+        for xb in parts:
             xb = (self.reflect_heads(xb) if reflect else xb) - first
             s1 = s1 + xb.sum(2, keepdim=True)                                        # [B, H, 1, D]
             s2 = s2 + (xb * xb).sum(2, keepdim=True)

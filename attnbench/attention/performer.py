@@ -60,6 +60,10 @@ class PerformerFeatureMap(FeatureMap):
     def feature_dim(self) -> int:
         return self.features
 
+    def scaled_projection(self, dtype: torch.dtype) -> tuple[torch.Tensor, float]:
+        """``(W^T D^-1/4 [D, m], -1 / (2 sqrt(D)))``: :meth:`logits` is ``x W' + half |x|^2`` with these."""
+        return self.projection.to(dtype).T * self.head_dim ** -0.25, -0.5 * self.head_dim ** -0.5
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The exponent ``W x' - |x'|^2 / 2``: ``[B, H, N, D] -> [B, H, N, m]``."""
         x = x * self.head_dim ** -0.25                                        # [B, H, N, D]
@@ -68,6 +72,14 @@ class PerformerFeatureMap(FeatureMap):
 
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return torch.exp(self.logits(x)) / math.sqrt(self.features)           # [B, H, N, m]
+
+
+def _logits(x: torch.Tensor, w: torch.Tensor, half: float) -> torch.Tensor:
+    """``x w + half |x|^2`` (:meth:`PerformerFeatureMap.logits` with the scale folded into ``w``), one addmm:
+    ``[B, H, b, D] -> [B, H, b, m]``."""
+    x2 = x.reshape(-1, x.shape[-1])                                           # [B H b, D]
+    sq = (x2 * x2).sum(-1, keepdim=True)                                      # [B H b, 1]
+    return torch.addmm(sq, x2, w, beta=half).view(*x.shape[:-1], w.shape[-1])
 
 
 def _stable_features(fmap: PerformerFeatureMap, q: torch.Tensor, k: torch.Tensor):
@@ -120,10 +132,15 @@ def performer_causal_chunked(fq: torch.Tensor, fk: torch.Tensor, s: torch.Tensor
     inter = (fq @ S) * torch.exp(Mprev[..., None] - c)[..., None]             # [B, H, n, C, D+1]
     tri = torch.ones(C, C, dtype=torch.bool, device=fq.device).tril()         # [C, C]
     logf = torch.where(tri, s[..., None, :] - c[..., :, None], float("-inf"))  # [B, H, n, C, C]
-    intra = ((fq @ fk.transpose(-1, -2)) * torch.exp(logf)) @ va              # [B, H, n, C, D+1]
+    wf = torch.exp(logf)                                                      # [B, H, n, C, C]
+    intra = ((fq @ fk.transpose(-1, -2)) * wf) @ va                           # [B, H, n, C, D+1]
     out = (inter + intra).reshape(B, H, n * C, D + 1)[:, :, :N]               # [B, H, N, D+1]
+    # the key features' sum each query sees, relative to its c_t (for the guard): S's last column is sum_j wk_j
+    z = S[..., D].unsqueeze(-2) * torch.exp(Mprev[..., None] - c)[..., None] + wf @ fk  # [B, H, n, C, m]
     cnt = torch.arange(1, N + 1, device=fq.device, dtype=fq.dtype)[:, None]   # [N, 1]
-    return (out[..., :D] / cnt) / (out[..., D:] / cnt + eps)
+    z_mean = z.reshape(B, H, n * C, m)[:, :, :N] / cnt                        # [B, H, N, m]
+    g = la.guard(fq.reshape(B, H, n * C, m)[:, :, :N], z_mean, eps)           # [B, H, N, 1]
+    return (out[..., :D] / cnt) / (out[..., D:] / cnt + g)
 
 
 @register_attention
@@ -144,13 +161,17 @@ class PerformerAttention(Attention):
       query t may attend to*: all keys (bidirectional: one constant per sequence and head) or keys j <= t
       (causal: a running max, so no future key changes a past output). A common factor per query cancels.
 
-    Both maxima are detached (as in the released code); they cancel except through ``eps`` in the normaliser
-    ``(num / c_t) / (den / c_t + eps)`` of :mod:`attnbench.ops.linear_attn` (eps = 1e-6 against a mean score).
+    Both maxima are detached (as in the released code); they cancel exactly, the guard of the normaliser
+    ``(num / c_t) / (den / c_t + eps ||phi(q_t)|| ||z_t / c_t|| + tiny)`` included (:mod:`attnbench.ops.linear_attn`:
+    eps is relative to the scores, whose mean is ~6e-6 for unit Gaussian inputs at d = 64, m = 128, where a fixed
+    1e-6 was a 15% bias).
     The global max over the whole batch that the released JAX/PyTorch code uses for keys is not used: it
     leaks the future (through eps) and couples batch elements.
 
     ``reference`` materialises the N x N matrix of these weights; ``torch`` runs the associative form
-    (bidirectional, shared op) or a chunked running-max form (causal, :func:`performer_causal_chunked`).
+    (bidirectional: features block by block through the shared blocked op, each key block with its own max as a
+    log-scale, so memory beyond the inputs and output is O(block)) or a chunked running-max form (causal,
+    :func:`performer_causal_chunked`).
     Note: the Nyströmformer LRA wrapper divided q, k by d^1/4 before a FAVOR+ that scales them again
     (effective temperature 1/d); this implementation uses the paper's 1/sqrt(d).
     """
@@ -160,6 +181,7 @@ class PerformerAttention(Attention):
     impls = ("reference", "torch")
     eps: float = 1e-6
     chunk_size: int = 64
+    block_size: int = 1024      # tokens whose features are computed at once (bidirectional; tests make it small)
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", features: int = 128, seed: int = 0):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
@@ -180,14 +202,31 @@ class PerformerAttention(Attention):
         cnt = mask.sum(-1, keepdim=True).to(q.dtype)                          # [N, 1] |I_t|
         num = scores @ v                                                      # [B, H, N, Dv]
         den = scores.sum(-1, keepdim=True)                                    # [B, H, N, 1]
-        return (num / cnt) / (den / cnt + self.eps)
+        z_mean = (torch.exp(logf) @ fk) / cnt                                 # [B, H, N, m] mean key feature
+        return (num / cnt) / (den / cnt + la.guard(fq, z_mean, self.eps))
 
     def forward_torch(self, q, k, v):
-        fq, fk, s = _stable_features(self.feature_map, q, k)
         if self.causal:
+            fq, fk, s = _stable_features(self.feature_map, q, k)
             return performer_causal_chunked(fq, fk, s, v, eps=self.eps, chunk_size=self.chunk_size)
-        fk = fk * torch.exp(s - s.amax(-2, keepdim=True))                     # [B, H, N, m] one max per head
-        return la.linear_attention_bidirectional(fq, fk, v, eps=self.eps)
+        # block by block through the shared op: never an [N, m] tensor for the whole sequence. The output does not
+        # depend on a common factor of the query features (per query) or of the key features (scale-aware
+        # guard), so 1/sqrt(m) is dropped, queries are shifted by their own max and each key block by its max,
+        # carried as the block's log-scale (the op rescales its sums as the max grows: no second pass).
+        fmap = self.feature_map
+        w, half = fmap.scaled_projection(q.dtype)                             # [D, m], -1 / (2 sqrt(D))
+        q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
+
+        def map_q(a, b):
+            zq = _logits(q_block(a, b), w, half)                              # [B, H, b, m]
+            return zq.sub_(zq.amax(-1, keepdim=True).detach()).exp_()
+
+        def map_k(a, b):
+            zk = _logits(k_block(a, b), w, half)                              # [B, H, b, m]
+            shift = zk.detach().amax((-2, -1), keepdim=True)                  # [B, H, 1, 1]
+            return zk.sub_(shift).exp_(), shift
+
+        return la.linear_attention_blocked(map_q, map_k, v, eps=self.eps, block_size=self.block_size)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", features={self.feature_map.features}, seed={self.feature_map.seed}"

@@ -35,6 +35,7 @@ class SteLLAAttention(Attention):
     name = "stella"
     paper = PAPER
     chunk_size: int = 64
+    block_size: int = 1024      # tokens whose features are computed at once (bidirectional; tests make it small)
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto"):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
@@ -52,6 +53,13 @@ class SteLLAAttention(Attention):
         return (A @ v) / (self.alpha.to(q.dtype) * position_counts(q.shape[-2], self.causal, q))
 
     def forward_torch(self, q, k, v):
-        num = la.linear_attention(F.relu(q), F.relu(k), v, causal=self.causal, normalize=False,
-                                  chunk_size=self.chunk_size)
-        return num / self._scale(q.shape[-2], q)
+        n = q.shape[-2]
+        if self.causal:  # position-dependent scale t: on the output
+            num = la.linear_attention(F.relu(q), F.relu(k), v, causal=True, normalize=False,
+                                      chunk_size=self.chunk_size)
+            return num / self._scale(n, q)
+        # features block by block; the constant 1 / (alpha beta sqrt(d) N) scales the [d, d] state, not the output
+        q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
+        scale = 1.0 / (self.alpha * self.beta * (math.sqrt(self.head_dim) * n)).to(q.dtype)
+        return la.linear_attention_blocked(lambda s, e: F.relu(q_block(s, e)), lambda s, e: F.relu(k_block(s, e)),
+                                           v, normalize=False, block_size=self.block_size, scale=scale)

@@ -5,12 +5,21 @@ All functions take ``fq, fk: [B, H, N, M]`` (feature maps, M may differ from the
 
 With ``normalize=True`` the output is
 
-    o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t + eps),   S_t = sum_{i in I_t} phi_k_i^T v_i,
+    o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t + g_t),   S_t = sum_{i in I_t} phi_k_i^T v_i,
                                                                z_t = sum_{i in I_t} phi_k_i,
+    g_t = eps * ||phi_q_t|| * ||z_t / c_t|| + tiny,
 
-where I_t is every token (bidirectional) or i <= t (causal) and c_t = |I_t|: the eps is measured against a
-*mean* score, as in the released PolaFormer / NaLaFormer code. With ``normalize=False`` the output is the plain
-sum ``phi_q_t . S_t`` (SteLLA scales it by constants instead).
+where I_t is every token (bidirectional) or i <= t (causal), c_t = |I_t| and tiny the dtype's smallest normal
+number. The guard g_t is scale-aware: ``||phi_q_t|| ||z_t / c_t||`` bounds the mean score
+``|phi_q_t . z_t / c_t|`` (Cauchy-Schwarz), so eps is always relative to the scores, and scaling the query or key
+features by any constant leaves the output unchanged. (A fixed eps against the mean score, as in the released
+PolaFormer / NaLaFormer code, is a 15% bias for Performer's features, whose mean scores are ~6e-6.) ``tiny`` only
+keeps an all-zero query (a ReLU map) at 0 / tiny = 0 instead of 0 / 0. With ``normalize=False`` the output is the
+plain sum ``phi_q_t . S_t`` (SteLLA scales it by constants instead).
+
+Key features may carry a log-scale (``linear_attention_blocked``: ``map_k`` returning ``(fk, shift)``): the true
+features are ``fk * exp(shift)``; since the output does not depend on a common scale of the keys, only the
+relative scales of the blocks matter (Performer's exponential features stay in range that way).
 """
 
 from __future__ import annotations
@@ -28,6 +37,29 @@ def _counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
     return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)
 
 
+def _tiny(x: torch.Tensor) -> float:
+    return torch.finfo(x.dtype).tiny
+
+
+def guard(fq: torch.Tensor, z_mean: torch.Tensor, eps: float) -> torch.Tensor:
+    """The scale-aware guard ``eps ||fq_t|| ||z_mean_t|| + tiny`` of the module docstring: ``fq [..., N, M]``,
+    ``z_mean [..., N or 1, M]`` (the mean key feature each query sees) -> ``[..., N, 1]``. For the plain forms."""
+    nz = torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)
+    return eps * torch.linalg.vector_norm(fq, dim=-1, keepdim=True) * nz + _tiny(fq)
+
+
+def normalise(num: torch.Tensor, den: torch.Tensor, fq: torch.Tensor, z_mean: torch.Tensor, eps: float,
+              fq_norm: torch.Tensor | None = None) -> torch.Tensor:
+    """``num / (den + g)`` with the scale-aware guard ``g = eps ||fq|| ||z_mean|| + tiny`` of the module docstring
+    (``num, den`` already divided by the counts; ``z_mean [..., N or 1, M]``, the mean key feature each query
+    sees). ``fq_norm`` may be given if already computed. In place on ``num`` when no gradient is needed."""
+    nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True) if fq_norm is None else fq_norm   # [..., N, 1]
+    nz = torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)                              # [..., N or 1, 1]
+    if _grad_needed(num, den, fq, z_mean):
+        return num / (den + (nq * nz * eps + _tiny(num)))
+    return num.div_(den.add_(nq.mul_(nz).mul_(eps).add_(_tiny(num))))
+
+
 def linear_attention_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                                normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """Quadratic reference: materialise the N x N scores phi(q) phi(k)^T (masked when causal)."""
@@ -40,7 +72,8 @@ def linear_attention_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tens
         return num
     c = _counts(n, causal, scores)
     den = scores.sum(-1, keepdim=True)                                        # [B, H, N, 1]
-    return (num / c) / (den / c + eps)
+    z_mean = (fk.cumsum(-2) if causal else fk.sum(-2, keepdim=True)) / c      # [B, H, N or 1, M]
+    return (num / c) / (den / c + guard(fq, z_mean, eps))
 
 
 def linear_attention_recurrent(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
@@ -56,7 +89,7 @@ def linear_attention_recurrent(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tens
         num = torch.einsum("bhm,bhmd->bhd", fq[:, :, t], S)
         if normalize:
             den = (fq[:, :, t] * z).sum(-1, keepdim=True)
-            num = (num / (t + 1)) / (den / (t + 1) + eps)
+            num = (num / (t + 1)) / (den / (t + 1) + guard(fq[:, :, t], z / (t + 1), eps))
         outs.append(num)
     return torch.stack(outs, dim=2)
 
@@ -70,7 +103,7 @@ def linear_attention_bidirectional(fq: torch.Tensor, fk: torch.Tensor, v: torch.
     kv = (fk.transpose(-1, -2) @ v) / n                                       # [B, H, M, D]
     z = fk.mean(-2, keepdim=True)                                             # [B, H, 1, M]
     den = fq @ z.transpose(-1, -2)                                            # [B, H, N, 1]
-    return (fq @ kv) / (den + eps)
+    return normalise(fq @ kv, den, fq, z, eps)
 
 
 def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
@@ -108,9 +141,10 @@ def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor
             z_before = z_before + initial_state[1].unsqueeze(2)
         z_last = z_before[:, :, -1] + zk[:, :, -1]
     if normalize:
-        den = fq @ z_before.unsqueeze(-1) + scores.sum(-1, keepdim=True)      # [B, H, n, C, 1]
         c = _counts(offset + n * C, True, num)[offset:].reshape(n, C, 1)
-        num = (num / c) / (den / c + eps)
+        z_mean = (fk.cumsum(-2) + z_before.unsqueeze(-2)) / c                 # [B, H, n, C, M] z_t / c_t
+        den = fq @ z_before.unsqueeze(-1) + scores.sum(-1, keepdim=True)      # [B, H, n, C, 1]
+        num = normalise(num / c, den / c, fq, z_mean, eps)
     out = num.reshape(B, H, n * C, D)[:, :, :N]
     if not output_final_state:
         return out
@@ -139,7 +173,7 @@ def token_blocks(x: torch.Tensor, block_size: int) -> Callable[[int, int], torch
 def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[torch.Tensor, ...]],
                              map_k: Callable[[int, int], torch.Tensor], v: torch.Tensor, *, causal: bool = False,
                              normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
-                             block_size: int = 2048) -> torch.Tensor:
+                             block_size: int = 2048, scale: torch.Tensor | float | None = None) -> torch.Tensor:
     """Linear attention whose feature maps are computed block by block and never held for the whole sequence.
 
     ``map_q(start, stop)`` / ``map_k(start, stop)`` return the features of tokens ``start:stop``
@@ -152,7 +186,18 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     ``map_q`` may return a tuple of G query features: v's last dim is then split in G equal groups, group g is
     attended with the g-th query features against the shared keys, each group with its own normaliser, and the
     groups' outputs are concatenated (PolaFormer's two polarity streams).
+
+    Bidirectional only, ``map_k`` may return ``(fk, shift)`` with ``shift [B, H, 1, 1]`` (detached): the block's true
+    features are ``fk * exp(shift)``. The running sums are kept at the largest shift seen so far, rescaled as it
+    grows (as an online softmax does), so exponential features never leave the float range and never need a
+    second pass for a global maximum; the output does not depend on the common scale (module docstring).
+    Without a gradient the output is written block by block into one preallocated tensor.
+
+    ``scale`` (bidirectional, ``normalize=False`` only): a scalar multiplying the output, applied to the
+    ``[M, D]`` state instead of the ``[N, D]`` output (SteLLA's constant scales).
     """
+    if scale is not None and (causal or normalize):
+        raise ValueError("linear_attention_blocked: 'scale' is for the bidirectional unnormalised form only")
     n = v.shape[-2]
     bounds = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
     v_block = token_blocks(v, block_size)
@@ -165,6 +210,8 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
         states, outs = None, []
         for s, e in bounds:
             fqs, fk = queries(s, e), map_k(s, e)
+            if isinstance(fk, tuple):
+                raise ValueError("linear_attention_blocked: log-scaled key blocks (fk, shift) are bidirectional only")
             states = states or [None] * len(fqs)
             parts = []
             for g, (fq, vg) in enumerate(zip(fqs, v_block(s, e).chunk(len(fqs), dim=-1))):
@@ -174,29 +221,67 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
                 parts.append(o)
             outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
         return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+    # bidirectional: one pass over key blocks accumulates [S | z] (and a common log-scale), one over query blocks
     grad = _grad_needed(v)
-    kv, z = None, None
+    kv = z = c = None
     for s, e in bounds:
-        fk = map_k(s, e)                                                      # [B, H, b, M]
+        fk, shift = _split_shift(map_k(s, e))                                 # [B, H, b, M], [B, H, 1, 1] or None
         grad = grad or _grad_needed(fk)
         kv_b = fk.transpose(-1, -2) @ v_block(s, e)                           # [B, H, M, D]  every group at once
         z_b = fk.sum(-2, keepdim=True)                                        # [B, H, 1, M]
-        kv = kv_b if kv is None else (kv + kv_b if grad else kv.add_(kv_b))
-        z = z_b if z is None else (z + z_b if grad else z.add_(z_b))
+        if kv is None:
+            kv, z, c = kv_b, z_b, shift
+        elif shift is None:
+            kv, z = (kv + kv_b, z + z_b) if grad else (kv.add_(kv_b), z.add_(z_b))
+        else:  # both to the larger log-scale: every factor <= 1, nothing overflows
+            new = torch.maximum(c, shift)
+            a, b = torch.exp(c - new), torch.exp(shift - new)                 # [B, H, 1, 1]
+            kv, z = (kv * a + kv_b * b, z * a + z_b * b) if grad else (
+                kv.mul_(a).add_(kv_b.mul_(b)), z.mul_(a).add_(z_b.mul_(b)))
+            c = new
+    if scale is not None:
+        kv = kv * scale
     if normalize:
-        kv, z_col = kv / n, (z / n).transpose(-1, -2)                          # [B, H, M, D], [B, H, M, 1]
+        z_mean = z / n                                                        # [B, H, 1, M]
+        kv = torch.cat([kv / n, z_mean.transpose(-1, -2)], dim=-1)            # [B, H, M, D + 1]  [S | z] / n
+    B, H, _, D = v.shape
+    out = None
     outs = []
     for s, e in bounds:
         fqs = queries(s, e)
+        G, Dg = len(fqs), D // len(fqs)
+        grad_q = grad or _grad_needed(*fqs)
+        if out is None and not grad_q:
+            out = v.new_empty(B, H, n, D)                                     # written block by block
         parts = []
-        for fq, kv_g in zip(fqs, kv.chunk(len(fqs), dim=-1)):
-            num = fq @ kv_g                                                   # [B, H, b, D / G]
-            if normalize:
-                den = fq @ z_col                                              # [B, H, b, 1]
-                num = num / (den + eps) if grad or _grad_needed(fq) else num.div_(den.add_(eps))
-            parts.append(num)
-        outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
+        for g, fq in enumerate(fqs):
+            kv_g = kv[..., g * Dg:(g + 1) * Dg]                               # [B, H, M, D / G]
+            if not normalize:
+                o = fq @ kv_g                                                 # [B, H, b, D / G]
+                if not grad_q:
+                    out[:, :, s:e, g * Dg:(g + 1) * Dg] = o
+                parts.append(o)
+                continue
+            nd = fq @ torch.cat([kv_g, kv[..., D:]], dim=-1) if G > 1 else fq @ kv  # [B, H, b, D/G + 1]
+            num, den = nd[..., :Dg], nd[..., Dg:]
+            if grad_q:
+                parts.append(normalise(num, den, fq, z_mean, eps))
+            else:  # straight into the output: no per-block concatenation afterwards
+                nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)       # [B, H, b, 1]
+                g_t = nq.mul_(torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)).mul_(eps).add_(_tiny(nd))
+                torch.div(num, g_t.add_(den), out=out[:, :, s:e, g * Dg:(g + 1) * Dg])
+        if grad_q:
+            outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
+    if out is not None and not outs:
+        return out
     return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+
+
+def _split_shift(fk):
+    """``(features, log-scale or None)`` of what a ``map_k`` returned (see :func:`linear_attention_blocked`)."""
+    if isinstance(fk, tuple):
+        return fk[0], fk[1].detach()
+    return fk, None
 
 
 def linear_attention(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
