@@ -24,8 +24,6 @@ m = 4 ... N, and Spearman's ρ(m, distance).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -334,7 +332,8 @@ CHECKS = [
           ("synthetic", "tied", "real"), run_ns, {**CLUSTERED, "tolerance": 1e-2, "curve": 40}, accepts=_is_laplacian),
     Check("laplacian-ns-vs-cg", "LaplacianFormer Table 3, Fig. 6",
           "Newton–Schulz is more accurate than conjugate gradient at equal cost", ("laplacian",),
-          ("synthetic", "tied", "real"), run_ns_vs_cg, {**CLUSTERED, "target": 1e-6, "curve": 60, "faster": 1.25}, accepts=_is_laplacian),
+          ("synthetic", "tied", "real"), run_ns_vs_cg, {**CLUSTERED, "target": 1e-6, "curve": 60, "faster": 1.25},
+          accepts=_is_laplacian),
     Check("laplacian-nystrom", "LaplacianFormer Sec. 4.2, Eqs. 8-9, Algorithm 1",
           "the Nyström output approaches the exact Laplacian-kernel attention as landmarks grow", ("laplacian",),
           ("synthetic", "real"), run_nystrom, {**CLUSTERED, "batch": 2}, accepts=_is_laplacian),

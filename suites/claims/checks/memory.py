@@ -46,9 +46,9 @@ def run_memory(ctx: Context) -> Result:
     s = ctx.settings
     sizes, dim, cap = s["sizes"], s["dim"], s["softmax_cap_bytes"]
     crit = Criterion("growth exponent of peak memory in N", "<", s["linear_below"], s["fails_above"],
-                     f"peak forward memory grows at most linearly in N from {sizes[0]} to {sizes[-1]} tokens: the slope of "
-                     f"log(peak bytes) against log N is below {s['linear_below']}; fails at {s['fails_above']} or "
-                     f"above (softmax's N x N is 2), inconclusive in between")
+                     f"peak forward memory grows at most linearly in N from {sizes[0]} to {sizes[-1]} tokens: the "
+                     f"slope of log(peak bytes) against log N is below {s['linear_below']}; fails at "
+                     f"{s['fails_above']} or above (softmax's N x N is 2), inconclusive in between")
     from attnbench.registry import build
 
     mech, soft, ratio = [], [], []

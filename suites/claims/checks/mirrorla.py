@@ -188,7 +188,8 @@ SIZES = {"batch": 2, "heads": 2, "tokens": 256, "dim": 32}
 CHECKS = [
     Check("mirrorla-isometry", "MirrorLA Sec. 3.1, Eqs. 3 and 8-11, 18",
           "the reflections preserve query-key inner products before the ReLU (exactly)",
-          ("mirrorla", "mirrorla:variance_aware=False", "mirrorla:cross_head=False:variance_aware=False"), ("synthetic", "real"), run_isometry,
+          ("mirrorla", "mirrorla:variance_aware=False", "mirrorla:cross_head=False:variance_aware=False"),
+          ("synthetic", "real"), run_isometry,
           {**SIZES, "tolerance": 1e-9}, accepts=_is_mirror),
     Check("mirrorla-truncation", "MirrorLA Sec. 1 and 3 ('passive truncation'), Algorithm 1",
           "learned reflections let more pre-activation energy survive the ReLU than a bare ReLU",
