@@ -1,0 +1,191 @@
+"""The CPU fast paths of issue 16 beside their references: the scale-aware normaliser guard, log-scaled key blocks,
+Performer's blocked form (accuracy against exact softmax, memory), the ELU+1 backward, SteLLA's scaled state.
+
+Every fast form is also covered by the registry-wide contract tests (fp64 at odd lengths, fp32 under the policy);
+these are the properties those do not see.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnbench
+from attnbench import registry
+from attnbench.bench import TensorMemory
+from attnbench.ops import (linear_attention_bidirectional, linear_attention_blocked, linear_attention_chunked,
+                           linear_attention_recurrent, linear_attention_reference)
+
+from .helpers import assert_matches_fp64
+
+NORMALISED = ["linear", "relu_linear", "nala", "mirrorla", "polaformer", "flatten", "hedgehog", "cosformer",
+              "performer"]
+
+
+def gaussian(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def features(n, m=6, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(1, 2, n, m, generator=g, dtype=torch.float64),
+            torch.rand(1, 2, n, m, generator=g, dtype=torch.float64),
+            torch.randn(1, 2, n, d, generator=g, dtype=torch.float64))
+
+
+def all_forms(fq, fk, v, causal):
+    """Every form of the shared op on the same features (several blocks and chunks at n = 50)."""
+    out = {"reference": linear_attention_reference(fq, fk, v, causal=causal),
+           "blocked": linear_attention_blocked(lambda s, e: fq[:, :, s:e], lambda s, e: fk[:, :, s:e], v,
+                                               causal=causal, chunk_size=8, block_size=16)}
+    if causal:
+        out["chunked"] = linear_attention_chunked(fq, fk, v, chunk_size=8)
+        out["recurrent"] = linear_attention_recurrent(fq, fk, v)
+    else:
+        out["bidirectional"] = linear_attention_bidirectional(fq, fk, v)
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_guard_is_scale_aware_in_every_form(causal):
+    """Features scaled by 1e-12 (Performer-like tiny scores) give the same output as unscaled ones in every form;
+    a fixed eps = 1e-6 against the mean score would move it by about 100%."""
+    fq, fk, v = features(50)
+    base = all_forms(fq, fk, v, causal)
+    tiny = all_forms(fq * 1e-6, fk * 1e-6, v, causal)
+    for form, out in base.items():
+        assert_matches_fp64(tiny[form], out, f"{form} with features * 1e-6")
+        assert_matches_fp64(out, base["reference"], form)
+    if not causal:  # for contrast, the old fixed eps against the mean score on the scaled features: far off
+        sq, sk = fq * 1e-6, fk * 1e-6
+        fixed = (sq @ (sk.transpose(-1, -2) @ v) / 50) / (sq @ sk.mean(-2, keepdim=True).transpose(-1, -2) + 1e-6)
+        assert (fixed - base["reference"]).abs().max() > 0.1
+
+
+def test_all_zero_query_gives_zero_output_and_finite_gradients():
+    """A ReLU map can zero a query's features: 0 / tiny = 0, and the gradients stay finite."""
+    fq, fk, v = features(20)
+    fq = fq.clone()
+    fq[:, :, 3] = 0.0
+    for causal in (False, True):
+        xs = [t.clone().requires_grad_() for t in (fq, fk, v)]
+        out = linear_attention_blocked(lambda s, e: xs[0][:, :, s:e], lambda s, e: xs[1][:, :, s:e], xs[2],
+                                       causal=causal, chunk_size=8, block_size=8)
+        assert (out[:, :, 3] == 0).all()
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in xs)
+
+
+@pytest.mark.parametrize("name", NORMALISED)
+def test_eps_is_negligible_relative_to_the_scores(name):
+    """Unit Gaussian inputs at d = 32: eps = 1e-6 moves no output by more than 1e-4 relative (Performer's mean
+    scores are ~1e-5 here, so the old fixed eps moved its outputs by ~10%)."""
+    n, d = 64, 32
+    attn = registry.build_for_length(name, seq_len=n, heads=2, head_dim=d).double()
+    q, k, v = (gaussian(1, 2, n, d, seed=s) for s in range(3))
+    with_eps = attn.reference(q, k, v)
+    attn.eps = 0.0
+    err = ((attn.reference(q, k, v) - with_eps).abs().max() / with_eps.abs().max()).item()
+    assert err < 1e-4, f"{name}: eps = 1e-6 moved the output by {err:.1e} relative"
+
+
+@pytest.mark.parametrize("n", [7, 50])
+def test_log_scaled_key_blocks(n):
+    """map_k returning (fk, shift) with shifts hundreds apart (exp(shift) overflows any float): the output equals
+    the reference on the rescaled features (computed where they fit), forward and backward."""
+    fq, fk, v = features(n, seed=3)
+    shifts = torch.tensor([0.0, 300.0, -200.0, 5.0], dtype=torch.float64)    # per block of 2 ... 16 tokens
+    block = -(-n // 4)
+    per_token = shifts.repeat_interleave(block)[:n].view(1, 1, n, 1)
+    true_fk = fk * torch.exp(per_token - 300.0)                              # the common factor e^-300 cancels
+    ref = linear_attention_reference(fq, true_fk, v)
+    xs = [t.clone().requires_grad_() for t in (fq, fk, v)]
+
+    def map_k(s, e):
+        return xs[1][:, :, s:e], shifts[s // block].expand(1, 2, 1, 1)
+    out = linear_attention_blocked(lambda s, e: xs[0][:, :, s:e], map_k, xs[2], block_size=block)
+    assert_matches_fp64(out, ref, "log-scaled blocks")
+    w = gaussian(*out.shape, seed=9)
+    grads = torch.autograd.grad((out * w).sum(), xs)
+    ys = [fq.clone().requires_grad_(), fk.clone().requires_grad_(), v.clone().requires_grad_()]
+    ref_grads = torch.autograd.grad((linear_attention_reference(ys[0], ys[1] * torch.exp(per_token - 300.0), ys[2])
+                                     * w).sum(), ys)
+    for g, r, label in zip(grads, ref_grads, "qkv"):
+        assert_matches_fp64(g, r, f"grad {label}")
+    with pytest.raises(ValueError, match="bidirectional only"):
+        linear_attention_blocked(lambda s, e: fq[:, :, s:e], lambda s, e: (fk[:, :, s:e], shifts[0]), v, causal=True)
+
+
+# --- Performer -------------------------------------------------------------------------------------------------
+
+def test_performer_error_against_softmax_falls_with_the_feature_count():
+    """FAVOR+ estimates softmax attention: its error against the exact output falls as m grows (mean over three
+    seeds of the random features), and with many features it is far below an all-zero output's."""
+    d, n = 16, 128
+    q, k, v = (gaussian(1, 2, n, d, seed=s) for s in range(3))
+    q, k = 0.5 * q, 0.5 * k
+    exact = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), -1) @ v
+    errs = []
+    for m in (8, 64, 512, 4096):
+        e = [(attnbench.build("performer", heads=2, head_dim=d, features=m, seed=s).double()(q, k, v) - exact)
+             .abs().mean().item() for s in range(3)]
+        errs.append(sum(e) / 3)
+    assert all(b < a for a, b in zip(errs, errs[1:])), errs
+    assert errs[-1] < 0.15 * exact.abs().mean().item(), errs
+
+
+def test_performer_blocked_is_exact_and_scale_stable():
+    """The blocked form with blocks of very different key maxima equals the reference; huge keys stay finite."""
+    attn = attnbench.build("performer", heads=2, head_dim=8, features=16).double()
+    attn.block_size = 16
+    q, k, v = (gaussian(2, 2, 70, 8, seed=s) for s in range(3))
+    k = k * torch.linspace(0.1, 6.0, 70, dtype=torch.float64).view(1, 1, 70, 1)   # key logits differ by ~100
+    assert_matches_fp64(attn(q, k, v), attn.reference(q, k, v), "performer blocked")
+    out32 = attn.float()(q.float() * 5, k.float() * 5, v.float())
+    assert torch.isfinite(out32).all()
+
+
+def test_performer_memory_is_linear_in_n():
+    """Bidirectional forward: tensors created beyond the output stay O(block), not O(N m)."""
+    attn = attnbench.build("performer", heads=2, head_dim=16, features=64)
+    attn.block_size = 128
+    extra = {}
+    for n in (512, 2048):
+        q, k, v = (gaussian(1, 2, n, 16, seed=s, dtype=torch.float32) for s in range(3))
+        with torch.no_grad(), TensorMemory() as mem:
+            out = attn(q, k, v)
+        extra[n] = mem.peak - out.numel() * out.element_size()
+    full = 2 * 2048 * 64 * 4                                                   # one [B, H, N, m] fp32 tensor
+    assert extra[2048] <= 1.1 * extra[512] + 4096 and extra[2048] < full / 4, extra
+
+
+# --- ELU + 1, SteLLA ----------------------------------------------------------------------------------------------
+
+def test_elu_plus_one_gradient_is_min_phi_one():
+    fmap = attnbench.build_feature_map("elu", heads=1, head_dim=5).double()
+    x = torch.tensor([[-30.0, -1.0, -1e-9, 0.0, 1e-9, 2.0, 50.0]], dtype=torch.float64).requires_grad_()
+    y = fmap.phi(x)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    x2 = x.detach().clone().requires_grad_()
+    (g_ref,) = torch.autograd.grad(torch.nn.functional.elu(x2) + 1, x2, torch.ones_like(y))
+    assert_matches_fp64(y, torch.nn.functional.elu(x.detach()) + 1, "phi")
+    assert_matches_fp64(g, g_ref, "d phi / dx")
+
+
+def test_stella_scaled_state_across_blocks():
+    attn = attnbench.build("stella", heads=2, head_dim=8).double()
+    attn.block_size = 16
+    with torch.no_grad():
+        attn.alpha.fill_(1.7)
+        attn.beta.fill_(0.6)
+    q, k, v = (gaussian(2, 2, 45, 8, seed=s) for s in range(3))
+    xs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attn(*xs)
+    assert_matches_fp64(out, attn.reference(q, k, v), "stella blocked")
+    grads = torch.autograd.grad(out.sum(), xs + [attn.alpha, attn.beta])
+    ys = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = torch.autograd.grad(attn.reference(*ys).sum(), ys + [attn.alpha, attn.beta])
+    for g, r in zip(grads, ref):
+        assert_matches_fp64(g, r, "stella gradient")
