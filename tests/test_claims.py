@@ -277,6 +277,11 @@ def test_attn_filter_keeps_the_mechanisms_each_check_accepts():
     tasks = {c.task for c in cells}
     assert tasks == {"nala-entropy", "nala-nonneg", "memory", "adala-depth"}
     assert all(c.options == {"lam": 2.0} for c in cells)
+    # softmax is the baseline inside every memory cell, and laplacian's whitened rows are no distribution
+    assert {c.task for c in plan_cells(select_checks(None, None), [parse_spec("softmax")], seed=0, teacher=None)} \
+        == {"nala-entropy", "adala-depth"}
+    assert "nala-entropy" not in {c.task for c in plan_cells(select_checks(None, None), [parse_spec("laplacian")],
+                                                              seed=0, teacher=None)}
 
 
 def test_bad_names_are_one_line_errors():

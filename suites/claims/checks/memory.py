@@ -95,5 +95,5 @@ CHECKS = [
           "peak memory grows linearly in the token count, far below softmax's at tens of thousands of tokens",
           ("nala", "mirrorla", "polaformer", "laplacian"), ("synthetic",), run_memory,
           {"sizes": [1024, 4096, 16384, 65536], "dim": 64, "softmax_cap_bytes": 2 * 2**30, "linear_below": 1.15,
-           "fails_above": 1.5}),
+           "fails_above": 1.5}, accepts=lambda spec: spec.name != "softmax"),  # softmax is the baseline of every cell
 ]
