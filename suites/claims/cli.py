@@ -10,14 +10,14 @@ from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
 
+from .leaderboard import ORDER
+
 
 def run_command(
     attn: Optional[str] = typer.Option(None, "--attn", help="the mechanisms each check includes (of those it can "
                                        "measure; default: each check's own list). " + clikit.ATTN_HELP),
     only: Optional[str] = typer.Option(None, "--only", help="comma-separated check names to run (default: all): "
-                                       "nala-entropy, nala-nonneg, mirrorla-isometry, mirrorla-truncation, "
-                                       "laplacian-distance, laplacian-ns, laplacian-ns-vs-cg, laplacian-nystrom, "
-                                       "stella-variance, memory, adala-depth"),
+                                       + ", ".join(ORDER)),
     skip: Optional[str] = typer.Option(None, "--skip", help="comma-separated check names to leave out"),
     seed: int = clikit.SEED,
     force: bool = clikit.FORCE,

@@ -310,6 +310,8 @@ def run_nystrom(ctx: Context) -> Result:
                   "ns_iters": opts["ns_iters"], "ns_ridge": opts["ns_ridge"]})
     fig, (ax,) = figures.axes(1)
     ax.loglog(ms, dists, "o-")
+    ax.set_xticks(ms, [str(m) for m in ms], fontsize=7)
+    ax.minorticks_off()
     ax.set_xlabel("landmarks m")
     ax.set_ylabel("‖O_Nyström − O_exact‖ / ‖O_exact‖")
     ax.set_title(f"{ctx.spec.label} · {ctx.input}: ρ = {stat.value:.2f}", fontsize=8)
