@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,12 @@ def test_spearman_interval_and_pooling():
     x = list(range(100))
     st, p = spearman(x, [-v for v in x])
     assert st.value == pytest.approx(-1.0) and p < 1e-10
+    # ties take their average rank: ρ of (1, 2, 2, 3, 4) against (1, 2, 3, 4, 5) is Pearson's r of the ranks
+    st, _ = spearman([1, 2, 2, 3, 4], [1, 2, 3, 4, 5])
+    assert st.value == pytest.approx(float(np.corrcoef([1, 2.5, 2.5, 4, 5], [1, 2, 3, 4, 5])[0, 1]))
+    rng = np.random.default_rng(0)
+    st, p = spearman(rng.normal(size=500), rng.normal(size=500))
+    assert st.lo < 0 < st.hi and p > 0.01
     # two groups each perfectly increasing, but offset so that pooled naively they would anti-correlate
     pooled, per = spearman_pooled([(x, [v + 1000 for v in x]), ([v + 100 for v in x], x)])
     assert per == pytest.approx([1.0, 1.0]) and pooled.lo > 0.9
