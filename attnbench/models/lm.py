@@ -216,8 +216,8 @@ class DeltaMixer(nn.Module):
         beta = _at_least_fp32(self.b_proj(x)).sigmoid().transpose(1, 2)             # [B, H, T]
         g = None
         if self.gated:
-            g = -_at_least_fp32(self.A_log).exp() * F.softplus(_at_least_fp32(self.a_proj(x)) + self.dt_bias)  # [B, T, H]
-            g = g.transpose(1, 2)                                             # [B, H, T]
+            a = F.softplus(_at_least_fp32(self.a_proj(x)) + self.dt_bias)   # [B, T, H]
+            g = (-_at_least_fp32(self.A_log).exp() * a).transpose(1, 2)      # [B, H, T] log decay
         vh = heads(v, dv)                                                     # [B, H, T, dv]
         o, state = delta_rule(fq.to(vh.dtype), fk.to(vh.dtype), vh, beta, g,
                               initial_state=None if cache is None else cache.get("state"),

@@ -26,7 +26,7 @@ from typing import Any
 
 from attnbench import provenance
 from attnbench.errors import AttnbenchError, UnknownNameError
-from attnbench.presets import PresetError, build, check_keys, coerce, read_preset
+from attnbench.presets import PresetError, build, check_keys, read_preset
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -178,8 +178,7 @@ def parse_variants(text: str) -> list[Variant]:
                 default = map_allowed[key]
                 if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                     value = float(value)
-                model_or_map_ok = default is None or isinstance(value, type(default))
-                if not model_or_map_ok:
+                if default is not None and not isinstance(value, type(default)):
                     raise AttnbenchError(f"--attn {item!r}: {key}={raw!r} must be a {type(default).__name__} "
                                          f"(default {default!r})")
                 map_opts[key] = value
@@ -199,4 +198,4 @@ def parse_variants(text: str) -> list[Variant]:
     return out
 
 
-__all__ = ["EvalConfig", "LMPreset", "Variant", "load_preset", "parse_variants", "preset_names", "coerce"]
+__all__ = ["EvalConfig", "LMPreset", "Variant", "load_preset", "parse_variants", "preset_names"]
