@@ -142,9 +142,21 @@ class FeatureMap(nn.Module):
     def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """``(map_q, map_k)``: callables giving the features of tokens ``start:stop`` (for
         :func:`attnbench.ops.linear_attention_blocked` with this ``block_size``). Maps with sequence statistics
-        (MirrorLA) or positions (cosFormer) override this."""
+        (MirrorLA) or positions (cosFormer) override this. Symmetric maps with :meth:`phi_into` write every block
+        into one reused buffer per side when no gradient is needed (the op consumes a block before asking for
+        the next): no allocation, no fresh pages to fault in per block."""
         q_block, k_block = la.token_blocks(q, block_size), la.token_blocks(k, block_size)
+        if type(self).phi_into is not FeatureMap.phi_into and not self.needs_grad(q, k):
+            return la.scratch_map(self.phi_into, q_block), la.scratch_map(self.phi_into, k_block)
         return (lambda s, e: self.phi_q(q_block(s, e))), (lambda s, e: self.phi_k(k_block(s, e)))
+
+    def phi_into(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``phi(x)`` written into ``out`` (no autograd), for maps that have such a form (see :meth:`block_maps`)."""
+        return out.copy_(self.phi(x))
+
+    def needs_grad(self, *xs: torch.Tensor) -> bool:
+        return torch.is_grad_enabled() and (any(x.requires_grad for x in xs)
+                                            or any(p.requires_grad for p in self.parameters()))
 
     # The reference forms default to the same maps; a map whose fast form differs (a prefix statistic computed
     # by cumulative sums, a fused kernel) overrides these with the plain math.

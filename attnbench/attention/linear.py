@@ -35,6 +35,9 @@ class EluFeatureMap(FeatureMap):
     def phi(self, x):
         return _EluPlusOne.apply(x)
 
+    def phi_into(self, x, out):
+        return torch.clamp(x, max=0, out=out).exp_().add_(F.relu(x))
+
     def phi_q_reference(self, q):
         return F.elu(q) + 1.0
 

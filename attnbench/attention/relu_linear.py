@@ -3,6 +3,7 @@ normalised form MixA contrasts SteLLA with)."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ..registry import register_attention, register_feature_map
@@ -18,6 +19,9 @@ class ReluFeatureMap(FeatureMap):
 
     def phi(self, x):
         return F.relu(x)
+
+    def phi_into(self, x, out):
+        return torch.clamp(x, min=0, out=out)
 
 
 @register_attention

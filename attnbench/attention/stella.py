@@ -61,5 +61,9 @@ class SteLLAAttention(Attention):
         # features block by block; the constant 1 / (alpha beta sqrt(d) N) scales the [d, d] state, not the output
         q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
         scale = 1.0 / (self.alpha * self.beta * (math.sqrt(self.head_dim) * n)).to(q.dtype)
-        return la.linear_attention_blocked(lambda s, e: F.relu(q_block(s, e)), lambda s, e: F.relu(k_block(s, e)),
-                                           v, normalize=False, block_size=self.block_size, scale=scale)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+            map_q, map_k = (lambda s, e: F.relu(q_block(s, e))), (lambda s, e: F.relu(k_block(s, e)))
+        else:  # inference: every block into one reused buffer per side
+            relu_into = (lambda x, out: torch.clamp(x, min=0, out=out))  # noqa: E731
+            map_q, map_k = la.scratch_map(relu_into, q_block), la.scratch_map(relu_into, k_block)
+        return la.linear_attention_blocked(map_q, map_k, v, normalize=False, block_size=self.block_size, scale=scale)

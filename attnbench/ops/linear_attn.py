@@ -24,7 +24,9 @@ relative scales of the blocks matter (Performer's exponential features stay in r
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import os
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -170,6 +172,62 @@ def token_blocks(x: torch.Tensor, block_size: int) -> Callable[[int, int], torch
     return get
 
 
+def scratch_map(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                block: Callable[[int, int], torch.Tensor]) -> Callable[[int, int], torch.Tensor]:
+    """``map(s, e) = fn(block(s, e), buffer)``, every block into one buffer (grown as needed), for inference
+    passes that consume each block before asking for the next (:func:`linear_attention_blocked`)."""
+    buf = None
+
+    def get(s: int, e: int) -> torch.Tensor:
+        nonlocal buf
+        x = block(s, e)
+        if buf is None or buf.shape[2] < x.shape[2]:
+            buf = x.new_empty(x.shape)
+        return fn(x, buf[:, :, :x.shape[2]])
+    return get
+
+
+def _others_running() -> int | None:
+    """Runnable tasks on the machine now that are not this process's threads (``/proc/loadavg`` minus our own
+    threads in state R, e.g. OpenMP workers still spinning); None where /proc cannot tell."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        ours = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            ours += stat[stat.rindex(")") + 2] == "R"
+        return max(0, running - ours)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def threads_for_load() -> Iterator[int]:
+    """Run the block with no more torch threads than there are idle CPUs (at least 1); yields the count.
+
+    The blocked forms issue many cache-sized ops, each a parallel region whose barrier waits for every thread:
+    when another process holds a core, each region waits for a descheduled thread to get a time slice, and the
+    blocked path slowed ~20x where one large op per step slowed far less (benchmarks/bench_contention.py). On
+    the CPUs left idle, no region ever waits for a thread that cannot run."""
+    want = torch.get_num_threads()
+    others = _others_running() if want > 1 else None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or want
+    use = want if others is None else max(1, min(want, cpus - others))
+    if use == want:
+        yield want
+        return
+    torch.set_num_threads(use)
+    try:
+        yield use
+    finally:
+        torch.set_num_threads(want)
+
+
 def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[torch.Tensor, ...]],
                              map_k: Callable[[int, int], torch.Tensor], v: torch.Tensor, *, causal: bool = False,
                              normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
@@ -198,6 +256,13 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     """
     if scale is not None and (causal or normalize):
         raise ValueError("linear_attention_blocked: 'scale' is for the bidirectional unnormalised form only")
+    if v.shape[-2] <= block_size:  # one block: as few ops as the plain form
+        return _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale)
+    with threads_for_load():
+        return _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale)
+
+
+def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale):
     n = v.shape[-2]
     bounds = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
     v_block = token_blocks(v, block_size)
