@@ -1,0 +1,51 @@
+"""How many torch threads a many-op CPU path should use right now."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import torch
+
+
+def _others_running() -> int | None:
+    """Runnable tasks on the machine now that are not this process's threads (``/proc/loadavg`` minus our own
+    threads in state R, e.g. OpenMP workers still spinning); None where /proc cannot tell."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        ours = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            ours += stat[stat.rindex(")") + 2] == "R"
+        return max(0, running - ours)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def threads_for_load() -> Iterator[int]:
+    """Run the block with no more torch threads than there are idle CPUs (at least 1); yields the count.
+
+    The blocked forms issue many cache-sized ops, each a parallel region whose barrier waits for every thread:
+    when another process holds a core, each region waits for a descheduled thread to get a time slice, and the
+    blocked path slowed ~20x where one large op per step slowed far less (benchmarks/bench_contention.py). On
+    the CPUs left idle, no region ever waits for a thread that cannot run. Used by the blocked linear attention
+    and the chunked delta rule (their loops of small ops)."""
+    want = torch.get_num_threads()
+    others = _others_running() if want > 1 else None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or want
+    use = want if others is None else max(1, min(want, cpus - others))
+    if use == want:
+        yield want
+        return
+    torch.set_num_threads(use)
+    try:
+        yield use
+    finally:
+        torch.set_num_threads(want)
