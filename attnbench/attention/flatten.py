@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops import linear_attn as la
 from ..protocol import AttnbenchError
 from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
@@ -33,6 +34,25 @@ class FocusedFeatureMap(FeatureMap):
         x = (F.relu(x) + 1e-6) / F.softplus(self.scale.to(x.dtype))                 # [B, H, N, D], > 0
         sharp = x.pow(self.focusing_factor)
         return sharp * (x.norm(dim=-1, keepdim=True) / sharp.norm(dim=-1, keepdim=True))
+
+    def _phi_into(self, x: torch.Tensor, out: torch.Tensor, keep_norm: bool) -> torch.Tensor:
+        """:meth:`phi` in place in ``out``. Without ``keep_norm`` the per-token factor ``||x|| / ||x^p||`` is left
+        out: for queries it cancels in the normalised attention (the scale-aware guard included)."""
+        inv = F.softplus(self.scale.to(x.dtype)).reciprocal_()                      # [H, 1, D]
+        torch.clamp(x, min=0, out=out).add_(1e-6).mul_(inv)
+        if not keep_norm:
+            return out.pow_(self.focusing_factor)
+        norm = torch.linalg.vector_norm(out, dim=-1, keepdim=True)                  # [B, H, n, 1]
+        out.pow_(self.focusing_factor)
+        return out.mul_(norm.div_(torch.linalg.vector_norm(out, dim=-1, keepdim=True)))
+
+    def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
+        """Inference: every block in place into one reused buffer per side (see :meth:`_phi_into`)."""
+        if self.needs_grad(q, k):
+            return super().block_maps(q, k, block_size)
+        q_block, k_block = la.token_blocks(q, block_size), la.token_blocks(k, block_size)
+        return (la.scratch_map(lambda x, out: self._phi_into(x, out, False), q_block),
+                la.scratch_map(lambda x, out: self._phi_into(x, out, True), k_block))
 
 
 @register_attention

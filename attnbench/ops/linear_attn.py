@@ -172,17 +172,17 @@ def token_blocks(x: torch.Tensor, block_size: int) -> Callable[[int, int], torch
     return get
 
 
-def scratch_map(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                block: Callable[[int, int], torch.Tensor]) -> Callable[[int, int], torch.Tensor]:
-    """``map(s, e) = fn(block(s, e), buffer)``, every block into one buffer (grown as needed), for inference
-    passes that consume each block before asking for the next (:func:`linear_attention_blocked`)."""
+def scratch_map(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], block: Callable[[int, int], torch.Tensor],
+                shape: Callable[[torch.Tensor], tuple] = lambda x: x.shape) -> Callable[[int, int], torch.Tensor]:
+    """``map(s, e) = fn(block(s, e), buffer)``, every block into one buffer of ``shape(block)`` (grown as needed),
+    for inference passes that consume each block before asking for the next (:func:`linear_attention_blocked`)."""
     buf = None
 
     def get(s: int, e: int) -> torch.Tensor:
         nonlocal buf
         x = block(s, e)
         if buf is None or buf.shape[2] < x.shape[2]:
-            buf = x.new_empty(x.shape)
+            buf = x.new_empty(shape(x))
         return fn(x, buf[:, :, :x.shape[2]])
     return get
 
@@ -281,10 +281,10 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
         for g, fq in enumerate(fqs):
             kv_g = kv[..., g * Dg:(g + 1) * Dg]                               # [B, H, M, D / G]
             if not normalize:
-                o = fq @ kv_g                                                 # [B, H, b, D / G]
-                if not grad_q:
-                    out[:, :, s:e, g * Dg:(g + 1) * Dg] = o
-                parts.append(o)
+                if grad_q:
+                    parts.append(fq @ kv_g)                                   # [B, H, b, D / G]
+                else:
+                    torch.matmul(fq, kv_g, out=out[:, :, s:e, g * Dg:(g + 1) * Dg])
                 continue
             nd = fq @ torch.cat([kv_g, kv[..., D:]], dim=-1) if G > 1 else fq @ kv  # [B, H, b, D/G + 1]
             num, den = nd[..., :Dg], nd[..., Dg:]
