@@ -189,3 +189,29 @@ def test_stella_scaled_state_across_blocks():
     ref = torch.autograd.grad(attn.reference(*ys).sum(), ys + [attn.alpha, attn.beta])
     for g, r in zip(grads, ref):
         assert_matches_fp64(g, r, "stella gradient")
+
+
+# --- inference paths ------------------------------------------------------------------------------------------------
+
+def _forms():
+    for name in attnbench.names():
+        cls = attnbench.get_attention(name)
+        for causal, ok in ((False, cls.bidirectional), (True, cls.causal_form)):
+            if ok:
+                yield pytest.param(name, causal, id=f"{name}-{'causal' if causal else 'bidir'}")
+
+
+@pytest.mark.parametrize("name,causal", list(_forms()))
+@pytest.mark.parametrize("n", [7, 129])
+def test_inference_path_matches_reference_fp64(name, causal, n):
+    """Under no_grad the fast forms take other paths (features in place into reused block buffers, per-query
+    factors dropped, permuted states): the same function as the reference, across several blocks."""
+    torch.manual_seed(0)
+    attn = registry.build_for_length(name, seq_len=n, heads=2, head_dim=8, causal=causal).double()
+    if hasattr(attn, "block_size"):
+        attn.block_size = 32
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
+        q, k, v = (gaussian(2, 2, n, 8, seed=s) for s in range(3))
+        assert_matches_fp64(attn(q, k, v), attn.reference(q, k, v), f"{name} inference N={n}")

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import linear_attn as la
-from ..ops.elementwise import abs_pow
+from ..ops.elementwise import EXP_FLOOR, abs_pow
 from ..protocol import AttnbenchError, validate_qkv
 from ..registry import register_attention
 from .base import Attention
@@ -86,12 +86,39 @@ class PolaAttention(Attention):
         # tensors that the allocator maps and faults in on every call); the two streams share the key pass
         s, p = self._params(q.dtype)
         q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
+        if self.causal:
+            def map_q(a, b):
+                return self.query_streams(q_block(a, b), s, p, abs_pow)              # q_sim, q_opp
 
-        def map_q(a, b):
-            return self.query_streams(q_block(a, b), s, p, abs_pow)                  # q_sim, q_opp
+            def map_k(a, b):
+                return self.key_features(k_block(a, b), s, p, abs_pow)               # [B, H, b, 2D]
+            return la.linear_attention_blocked(map_q, map_k, v, causal=True, eps=self.eps,
+                                               chunk_size=self.chunk_size, block_size=self.block_size)
+        # bidirectional: q_opp = [q-, q+] is q_sim = [q+, q-] with its halves swapped, and the keys' features
+        # [k+, k-] have q_sim's layout: one feature map for all three, the swap done on the small state
+        D = q.shape[-1]
+        swap = torch.cat([torch.arange(D, 2 * D), torch.arange(D)]).to(q.device)
+        perms = (torch.arange(2 * D, device=q.device), swap)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or self.scale.requires_grad
+                                        or self.power.requires_grad):
+            map_q = (lambda a, b: la.Permuted(self.key_features(q_block(a, b), s, p, abs_pow), perms))  # noqa: E731
+            map_k = (lambda a, b: self.key_features(k_block(a, b), s, p, abs_pow))  # noqa: E731
+        else:  # inference: every block in place into one reused buffer per side
+            inv_s, p2, shape = s.reciprocal(), torch.cat([p, p], -1), (lambda x: (*x.shape[:-1], 2 * D))  # noqa: E731
+            into = (lambda x, out: _polarity_into(x, inv_s, p2, out))  # noqa: E731
+            fq_map = la.scratch_map(into, q_block, shape)
+            map_q = (lambda a, b: la.Permuted(fq_map(a, b), perms))  # noqa: E731
+            map_k = la.scratch_map(into, k_block, shape)
+        return la.linear_attention_blocked(map_q, map_k, v, eps=self.eps, block_size=self.block_size)
 
-        def map_k(a, b):
-            return self.key_features(k_block(a, b), s, p, abs_pow)                   # [B, H, b, 2D]
 
-        return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
-                                           chunk_size=self.chunk_size, block_size=self.block_size)
+def _polarity_into(x: torch.Tensor, inv_s: torch.Tensor, p2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``[ReLU(x / s)^p, ReLU(-x / s)^p]`` into ``out [..., 2D]`` without autograd (``p2 = [p, p]``): ``x / s`` and
+    ``-x / s`` into the halves, then one power over the whole contiguous buffer as exp(p log max(., 1e-30)),
+    floored like :func:`~attnbench.ops.elementwise.abs_pow` (a negative entry gives e^-80 ~ 1.8e-35, not 0). Two
+    transcendentals per output element, but no sign masks: on the CPU the comparisons and the mask products
+    cost more than the log and exp they save."""
+    D = x.shape[-1]
+    torch.mul(x, inv_s, out=out[..., :D])
+    torch.mul(x, inv_s.neg(), out=out[..., D:])
+    return out.clamp_min_(1e-30).log_().mul_(p2).clamp_min_(EXP_FLOOR).exp_()

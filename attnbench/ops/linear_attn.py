@@ -24,7 +24,7 @@ relative scales of the blocks matter (Performer's exponential features stay in r
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,16 @@ def _counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
     if causal:
         return torch.arange(1, n + 1, device=like.device, dtype=like.dtype).unsqueeze(-1)
     return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)
+
+
+class Permuted(NamedTuple):
+    """G query feature sets that are the columns of one tensor in G orders: group g's features are
+    ``features[..., perms[g]]`` (PolaFormer's same-sign and opposite-sign streams are ``[q+, q-]`` and
+    ``[q-, q+]``). :func:`linear_attention_blocked` permutes the small state instead of the features:
+    ``fq[..., p] @ S == fq @ S[p^-1]``, so every group comes out of one matmul with one feature tensor."""
+
+    features: torch.Tensor                  # [B, H, b, M]
+    perms: tuple[torch.Tensor, ...]         # G index tensors [M]
 
 
 def _tiny(x: torch.Tensor) -> float:
@@ -228,6 +238,8 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
 
     def queries(s, e):
         fq = map_q(s, e)
+        if isinstance(fq, Permuted):
+            return tuple(fq.features[..., p] for p in fq.perms)
         return fq if isinstance(fq, tuple) else (fq,)
 
     if causal:
@@ -271,8 +283,24 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
     B, H, _, D = v.shape
     out = None
     outs = []
+
+    def out_view(s, e):
+        nonlocal out
+        if out is None:
+            out = v.new_empty(B, H, n, D)                                     # written block by block
+        return out[:, :, s:e]
+    pstate = None                                                             # the state for Permuted queries
     for s, e in bounds:
-        fqs = queries(s, e)
+        fq = map_q(s, e)
+        if isinstance(fq, Permuted):
+            if pstate is None:
+                pstate = _permuted_state(kv, fq.perms, D, normalize)          # [B, H, M, D (+ G)]
+            part = _permuted_block(fq.features, pstate, len(fq.perms), D, normalize, z_mean if normalize else None,
+                                   eps, None if grad or _grad_needed(fq.features) else out_view(s, e))
+            if part is not None:
+                outs.append(part)
+            continue
+        fqs = fq if isinstance(fq, tuple) else (fq,)
         G, Dg = len(fqs), D // len(fqs)
         grad_q = grad or _grad_needed(*fqs)
         if out is None and not grad_q:
@@ -299,6 +327,37 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
     if out is not None and not outs:
         return out
     return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+
+
+def _permuted_state(kv, perms, D, normalize):
+    """``[S_0[p_0^-1] | ... | z[p_0^-1] | ...]``: group g's value columns (and normaliser column) with the rows in
+    the inverse of group g's feature order, ``[B, H, M, D (+ G)]``."""
+    G, Dg = len(perms), D // len(perms)
+    inv = [torch.argsort(p) for p in perms]
+    cols = [kv[..., inv[g], g * Dg:(g + 1) * Dg] for g in range(G)]
+    if normalize:
+        cols += [kv[..., inv[g], D:] for g in range(G)]
+    return torch.cat(cols, dim=-1)
+
+
+def _permuted_block(fq, pstate, G, D, normalize, z_mean, eps, out):
+    """One query block of :class:`Permuted` features against the permuted state: one matmul for all groups.
+    Written into ``out`` (a view of the output) and None returned, or returned when ``out`` is None (autograd)."""
+    Dg = D // G
+    nd = fq @ pstate                                                          # [B, H, b, D (+ G)]
+    if not normalize:
+        if out is None:
+            return nd
+        out.copy_(nd)
+        return None
+    if out is None:
+        return torch.cat([normalise(nd[..., g * Dg:(g + 1) * Dg], nd[..., D + g:D + g + 1], fq, z_mean, eps)
+                          for g in range(G)], dim=-1)
+    nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)                   # [B, H, b, 1]
+    g_t = nq.mul_(torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)).mul_(eps).add_(_tiny(nd))
+    for g in range(G):
+        torch.div(nd[..., g * Dg:(g + 1) * Dg], nd[..., D + g:D + g + 1] + g_t, out=out[..., g * Dg:(g + 1) * Dg])
+    return None
 
 
 def _split_shift(fk):
