@@ -16,7 +16,9 @@ peer / attnbench (above 1: attnbench is faster).
 - ``performer`` vs performer-pytorch's ``FastAttention`` (same projection matrix; its feature eps of 1e-4, a
   bias of its own, set to 0 for the comparison);
 - ``nystromformer`` vs nystrom-attention's ``NystromAttention`` layer (its q/k/v and output projections and its
-  kernel-33 residual convolution around attnbench's core, weights shared, landmarks 256, 6 pinv iterations);
+  kernel-33 residual convolution around attnbench's core, weights shared, landmarks 256, 6 pinv iterations; its
+  pseudo-inverse's initial scale, a max over the whole batch and all heads, taken per matrix as attnbench does,
+  or the gradients differ by more than the tolerance);
 - ``linformer`` vs linformer's ``LinformerSelfAttention`` layer (projections shared, k = 256).
 """
 
@@ -112,9 +114,24 @@ class _Layer(nn.Module):
         return self.out_fn(self.core(q, k, v).transpose(1, 2).reshape(B, -1, H * D))
 
 
+def _per_matrix_pinv(x, iters=6):
+    """nystrom-attention's ``moore_penrose_iter_pinv`` with its initial scale taken per matrix instead of over
+    the whole batch and all heads (attnbench's choice, which keeps heads independent); otherwise its code."""
+    abs_x = torch.abs(x)
+    col, row = abs_x.sum(dim=-1), abs_x.sum(dim=-2)
+    z = x.transpose(-1, -2) / (col.amax(-1) * row.amax(-1))[..., None, None]
+    eye = torch.eye(x.shape[-1], device=x.device, dtype=x.dtype)[None]
+    for _ in range(iters):
+        xz = x @ z
+        z = 0.25 * z @ (13 * eye - (xz @ (15 * eye - (xz @ (7 * eye - xz)))))
+    return z
+
+
 def nystrom_pair(n: int, dtype, m: int = 256):
+    import nystrom_attention.nystrom_attention as na
     from nystrom_attention import NystromAttention
 
+    na.moore_penrose_iter_pinv = _per_matrix_pinv  # the same pinv initialisation on both sides (see above)
     torch.manual_seed(0)
     peer = NystromAttention(dim=H * D, dim_head=D, heads=H, num_landmarks=m, pinv_iterations=6).to(dtype)
     core = attnbench.build("nystromformer", heads=H, head_dim=D, landmarks=m, pinv_iters=6, conv_kernel=33)
