@@ -277,6 +277,7 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
             c = new
     if scale is not None:
         kv = kv * scale
+        grad = grad or _grad_needed(kv)                                       # a learnable scale (SteLLA)
     if normalize:
         z_mean = z / n                                                        # [B, H, 1, M]
         kv = torch.cat([kv / n, z_mean.transpose(-1, -2)], dim=-1)            # [B, H, M, D + 1]  [S | z] / n
