@@ -308,34 +308,32 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     Y = torch.linalg.solve_triangular(LT, rhs.transpose(-1, -2), upper=True, left=False, unitriangular=True)
     Y = Y.transpose(-1, -2).reshape(m, BH, C, Dv + Dk)                        # [m, BH, C, Dv + Dk]
     YV, YK = Y[..., :Dv], Y[..., Dv:]                                         # [m, BH, C, Dv], [.., Dk]
-    kbT = kb.reshape(m * BH, C, Dk).transpose(-1, -2)                         # [m BH, Dk, C]
-    # the only sequential part, the S_0 -> S_C carry, is one affine map per chunk: from Delta' = Y_V - Y_K S_0 and
-    # S_C = e^{G_C} S_0 + kb^T Delta', S_C = A S_0 + Bm with A = e^{G_C} I - kb^T Y_K and Bm = kb^T Y_V, both
-    # built for every chunk of the block in two batched matmuls. The loop is then one small matmul per chunk
-    # (it was three ops: with [BH, 64, 64] operands the per-op cost, not the flops, set its time).
-    A = torch.bmm(kbT, YK.reshape(m * BH, C, Dk)).neg_()                      # [m BH, Dk, Dk]
-    A.diagonal(dim1=-2, dim2=-1).add_(1.0 if a_c is None else a_c.reshape(m * BH, 1))
-    A = A.view(m, BH, Dk, Dk)
+    kbT = kb.reshape(m, BH, C, Dk).transpose(-1, -2)                          # [m, BH, Dk, C]
+    # the only sequential part, the S_0 -> S_C carry: Delta' = Y_V - Y_K S_0, S_C = e^{G_C} S_0 + kb^T Delta'
     if track:
-        Bm = torch.bmm(kbT, YV.reshape(m * BH, C, Dv)).view(m, BH, Dk, Dv)
         # per-chunk operands by unbind, not indexing: the backward of an index fills a zero tensor of the whole
         # block for each chunk, unbind's stacks the chunks' gradients once
-        ss = [S]
-        for a, b in zip(A.unbind(0), Bm.unbind(0)):
-            S = torch.baddbmm(b, a, S)                                        # [BH, Dk, Dv]  S_C
+        ds, ss = [], [S]
+        gates = a_c.unbind(0) if a_c is not None else [None] * m
+        for yv, yk, kt, a in zip(YV.unbind(0), YK.unbind(0), kbT.unbind(0), gates):
+            d = torch.baddbmm(yv, yk, S, alpha=-1.0)                          # [BH, C, Dv]  Delta'
+            S = (S if a is None else S * a).baddbmm(kt, d)                    # [BH, Dk, Dv]  S_C
+            ds.append(d)
             ss.append(S)
-        states = torch.stack(ss)                                              # [m+1, BH, Dk, Dv]  S on chunk entry
+        delta, states = torch.stack(ds), torch.stack(ss)                      # [m, BH, C, Dv], [m+1, BH, Dk, Dv]
     else:
+        delta = YV.contiguous()                                               # [m, BH, C, Dv]  becomes Delta'
         states = S.new_empty(m + 1, BH, Dk, Dv)                               # [m+1, BH, Dk, Dv]  S on chunk entry
         states[0] = S
-        torch.bmm(kbT, YV.reshape(m * BH, C, Dv), out=states[1:].view(m * BH, Dk, Dv))  # Bm, in place of S_C
         for c in range(m):
-            states[c + 1].baddbmm_(A[c], states[c])                           # S_C = A S_0 + Bm
-    entry = states[:m].reshape(m * BH, Dk, Dv)                                # [m BH, Dk, Dv]  S_0 of each chunk
-    delta = torch.baddbmm(YV.reshape(m * BH, C, Dv), YK.reshape(m * BH, C, Dk), entry, alpha=-1.0)  # Delta'
+            d = delta[c].baddbmm_(YK[c], states[c], alpha=-1.0)               # [BH, C, Dv]  Delta'
+            s = states[c + 1].copy_(states[c])                                # [BH, Dk, Dv]
+            if a_c is not None:
+                s.mul_(a_c[c])                                                # e^{G_C} S_0
+            s.baddbmm_(kbT[c], d)                                             # S_C
     # O = scale * (Q S_0 + P Delta') for every chunk of the block at once
-    o = torch.bmm(qc, entry)                                                  # [m BH, C, Dv]
-    o = o.baddbmm_(P, delta, beta=scale, alpha=scale)                         # [m BH, C, Dv]
+    o = torch.bmm(qc, states[:m].reshape(m * BH, Dk, Dv))                     # [m BH, C, Dv]
+    o = o.baddbmm_(P, delta.reshape(m * BH, C, Dv), beta=scale, alpha=scale)  # [m BH, C, Dv]
     return o, states[m]
 
 
