@@ -258,30 +258,30 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
             outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
         return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
     # bidirectional: one pass over key blocks accumulates [S | z] (and a common log-scale), one over query blocks
+    B, H, _, D = v.shape
     grad = _grad_needed(v)
-    kv = z = c = None
+    kv = c = None
     for s, e in bounds:
         fk, shift = _split_shift(map_k(s, e))                                 # [B, H, b, M], [B, H, 1, 1] or None
         grad = grad or _grad_needed(fk)
         kv_b = fk.transpose(-1, -2) @ v_block(s, e)                           # [B, H, M, D]  every group at once
-        z_b = fk.sum(-2, keepdim=True)                                        # [B, H, 1, M]
+        if normalize:
+            kv_b = torch.cat([kv_b, fk.sum(-2).unsqueeze(-1)], dim=-1)        # [B, H, M, D + 1]  [S | z]
         if kv is None:
-            kv, z, c = kv_b, z_b, shift
+            kv, c = kv_b, shift
         elif shift is None:
-            kv, z = (kv + kv_b, z + z_b) if grad else (kv.add_(kv_b), z.add_(z_b))
+            kv = kv + kv_b if grad else kv.add_(kv_b)
         else:  # both to the larger log-scale: every factor <= 1, nothing overflows
             new = torch.maximum(c, shift)
             a, b = torch.exp(c - new), torch.exp(shift - new)                 # [B, H, 1, 1]
-            kv, z = (kv * a + kv_b * b, z * a + z_b * b) if grad else (
-                kv.mul_(a).add_(kv_b.mul_(b)), z.mul_(a).add_(z_b.mul_(b)))
+            kv = kv * a + kv_b * b if grad else kv.mul_(a).add_(kv_b.mul_(b))
             c = new
     if scale is not None:
         kv = kv * scale
         grad = grad or _grad_needed(kv)                                       # a learnable scale (SteLLA)
     if normalize:
-        z_mean = z / n                                                        # [B, H, 1, M]
-        kv = torch.cat([kv / n, z_mean.transpose(-1, -2)], dim=-1)            # [B, H, M, D + 1]  [S | z] / n
-    B, H, _, D = v.shape
+        kv = kv / n                                                           # [B, H, M, D + 1]  [S | z] / n
+        z_mean = kv[..., D:].transpose(-1, -2)                                # [B, H, 1, M]
     out = None
     outs = []
 

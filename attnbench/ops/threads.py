@@ -15,6 +15,8 @@ def _others_running() -> int | None:
     try:
         with open("/proc/loadavg") as f:
             running = int(f.read().split()[3].split("/")[0])
+        if running <= 1:                                                      # only this thread
+            return 0
         ours = 0
         for tid in os.listdir("/proc/self/task"):
             with open(f"/proc/self/task/{tid}/stat") as f:
