@@ -27,6 +27,22 @@ def _others_running() -> int | None:
         return None
 
 
+_FIXED = 0  # > 0 inside fixed_threads(): never adapt
+
+
+@contextlib.contextmanager
+def fixed_threads() -> Iterator[None]:
+    """Within the block :func:`threads_for_load` keeps the thread count as it is. The trainer runs under it: a
+    different thread count can change a reduction's order and so the last bits of a result, and a resumed run
+    must end bit-identical to an uninterrupted one whatever else the machine was doing."""
+    global _FIXED
+    _FIXED += 1
+    try:
+        yield
+    finally:
+        _FIXED -= 1
+
+
 @contextlib.contextmanager
 def threads_for_load() -> Iterator[int]:
     """Run the block with no more torch threads than there are idle CPUs (at least 1) when some CPUs are busy
@@ -38,6 +54,9 @@ def threads_for_load() -> Iterator[int]:
     the CPUs left idle, no region ever waits for a thread that cannot run. Used by the blocked linear attention
     and the chunked delta rule (their loops of small ops)."""
     want = torch.get_num_threads()
+    if _FIXED:
+        yield want
+        return
     others = _others_running() if want > 1 else None
     try:
         cpus = len(os.sched_getaffinity(0))
