@@ -100,6 +100,23 @@ def build(cls: type, table: Any, where: str, *, skip: tuple[str, ...] = ()) -> A
         raise PresetError(f"{where}: {e}") from None
 
 
+HEADER = ("name", "description", "source", "setting")
+
+
+def check_top_level(data: dict, file: str, *, tables: tuple[str, ...], required: tuple[str, ...],
+                    strings: tuple[str, ...] = ()) -> None:
+    """The top level of a suite preset: only the common header (name, description, source, setting, all strings)
+    and the suite's ``tables``; the ``required`` keys present; ``strings`` (beyond the header) strings."""
+    where = f"{file}: top level"
+    check_keys(data, HEADER + tables, where)
+    for k in required:
+        if k not in data:
+            raise PresetError(f"{where}: missing key {k!r}")
+    for k in HEADER + strings:
+        if k in data and not isinstance(data[k], str):
+            raise PresetError(f"{where}: key {k!r} must be a string")
+
+
 def preset_names(package: str) -> list[str]:
     """The embedded presets of ``package`` (its ``presets/*.toml``)."""
     folder = resources.files(package) / "presets"
@@ -132,4 +149,4 @@ def read_preset(package: str, name_or_path: str | Path, *, kind: str) -> tuple[d
         raise PresetError(f"{where}: not valid TOML: {e}") from None
 
 
-__all__ = ["PresetError", "build", "check_keys", "coerce", "preset_names", "read_preset"]
+__all__ = ["PresetError", "build", "check_keys", "check_top_level", "coerce", "preset_names", "read_preset"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench import provenance
-from attnbench.presets import PresetError, build, check_keys, read_preset
+from attnbench.presets import PresetError, build, check_top_level, read_preset
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -131,14 +131,8 @@ def load_preset(name_or_path: str | Path) -> AdalaPreset:
     """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is resolved (a relative .toml path
     against the preset file's folder) and checked."""
     data, file = read_preset(__package__, name_or_path, kind="adala")
-    top = ("name", "description", "source", "setting", "vision", "adala", "stage1", "stage2", "stage3")
-    check_keys(data, top, f"{file}: top level")
-    for k in ("name", "vision", "stage1", "stage2", "stage3"):
-        if k not in data:
-            raise PresetError(f"{file}: top level: missing key {k!r}")
-    for k in ("name", "description", "source", "setting", "vision"):
-        if k in data and not isinstance(data[k], str):
-            raise PresetError(f"{file}: top level: key {k!r} must be a string")
+    check_top_level(data, file, tables=("vision", "adala", "stage1", "stage2", "stage3"),
+                    required=("name", "vision", "stage1", "stage2", "stage3"), strings=("vision",))
     vision = data["vision"]
     if vision.endswith(".toml"):
         p = Path(vision)

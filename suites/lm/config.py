@@ -26,7 +26,7 @@ from typing import Any
 
 from attnbench import provenance
 from attnbench.errors import AttnbenchError, UnknownNameError
-from attnbench.presets import PresetError, build, check_keys, read_preset
+from attnbench.presets import build, check_keys, check_top_level, read_preset
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -110,11 +110,7 @@ def preset_names() -> list[str]:
 def load_preset(name_or_path: str | Path) -> LMPreset:
     """An embedded preset (``tiny``, ``340m``) or a ``.toml`` file."""
     data, file = read_preset(__package__, name_or_path, kind="lm")
-    check_keys(data, ("name", "description", "source", "setting", "data", "model", "train", "eval"),
-               f"{file}: top level")
-    for k in ("name", "data", "model", "train"):
-        if k not in data:
-            raise PresetError(f"{file}: top level: missing key {k!r}")
+    check_top_level(data, file, tables=("data", "model", "train", "eval"), required=("name", "data", "model", "train"))
     model = dict(data["model"])
     layers = {k: model.pop(k) for k in LAYERS if k in model}
     check_keys(model, MODEL_FIELDS, f"{file}: [model]")

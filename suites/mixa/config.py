@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench import provenance
-from attnbench.presets import PresetError, build, check_keys, read_preset
+from attnbench.presets import build, check_top_level, read_preset
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -123,14 +123,8 @@ def load_preset(name_or_path: str | Path) -> MixaPreset:
     from attnbench.suites.vision.config import load_preset as load_vision
 
     data, file = read_preset(__package__, name_or_path, kind="mixa")
-    top = ("name", "description", "source", "setting", "vision", "score", "select", "kd", "train", "controls")
-    check_keys(data, top, f"{file}: top level")
-    for k in ("name", "vision", "train"):
-        if k not in data:
-            raise PresetError(f"{file}: top level: missing key {k!r}")
-    for k in ("name", "description", "source", "setting", "vision"):
-        if k in data and not isinstance(data[k], str):
-            raise PresetError(f"{file}: top level: key {k!r} must be a string")
+    check_top_level(data, file, tables=("vision", "score", "select", "kd", "train", "controls"),
+                    required=("name", "vision", "train"), strings=("vision",))
     vision = data["vision"]  # an embedded vision preset, or a .toml path (relative: to the working directory)
     return MixaPreset(
         name=data["name"], vision=load_vision(vision),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from attnbench import provenance
-from attnbench.presets import PresetError, build, check_keys, coerce, read_preset
+from attnbench.presets import build, check_top_level, coerce, read_preset
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -115,14 +115,8 @@ def preset_names() -> list[str]:
 def load_preset(name_or_path: str | Path) -> VisionPreset:
     """An embedded preset (``tiny``, ``cifar10``, ``imagenet100``, ``imagenet1k``) or a ``.toml`` file."""
     data, file = read_preset(__package__, name_or_path, kind="vision")
-    top = ("name", "description", "source", "setting", "data", "model", "train", "recipe", "sweep", "attn_options")
-    check_keys(data, top, f"{file}: top level")
-    for k in ("name", "data", "train"):
-        if k not in data:
-            raise PresetError(f"{file}: top level: missing key {k!r}")
-    for k in ("name", "description", "source", "setting"):
-        if k in data and not isinstance(data[k], str):
-            raise PresetError(f"{file}: top level: key {k!r} must be a string")
+    check_top_level(data, file, tables=("data", "model", "train", "recipe", "sweep", "attn_options"),
+                    required=("name", "data", "train"))
     return VisionPreset(
         name=data["name"], data=build(DataConfig, data["data"], f"{file}: [data]"),
         train=build(TrainConfig, data["train"], f"{file}: [train]"),
