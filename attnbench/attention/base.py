@@ -150,6 +150,19 @@ class FeatureMap(nn.Module):
             return la.scratch_map(self.phi_into, q_block), la.scratch_map(self.phi_into, k_block)
         return (lambda s, e: self.phi_q(q_block(s, e))), (lambda s, e: self.phi_k(k_block(s, e)))
 
+    # hand-written gradients ``vjp(x, feats, dfeats) -> dx`` of phi_q / phi_k, for parameter-free maps (see
+    # attnbench.ops.TokenMap); None: autograd through the map, block by block
+    vjp_q: ClassVar = None
+    vjp_k: ClassVar = None
+
+    def block_functions(self, n: int):
+        """``(TokenMap q, TokenMap k)`` (:class:`attnbench.ops.linear_attn.TokenMap`) for a sequence of ``n``:
+        each token's features from that token (and its position) alone; or None where a token's features depend
+        on other tokens (MirrorLA's sequence statistics). For the recomputing backward of
+        :func:`attnbench.ops.linear_attention_recomputed`; maps with positions (cosFormer) override this."""
+        return (la.TokenMap(lambda x, start: self.phi_q(x), self.vjp_q),
+                la.TokenMap(lambda x, start: self.phi_k(x), self.vjp_k))
+
     def phi_into(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``phi(x)`` written into ``out`` (no autograd), for maps that have such a form (see :meth:`block_maps`)."""
         return out.copy_(self.phi(x))
@@ -203,6 +216,16 @@ class FeatureMapAttention(Attention):
         return la.linear_attention_reference(fq, fk, v, causal=self.causal, eps=self.eps)
 
     def forward_torch(self, q, k, v):
+        fns = None if self.causal else self.feature_map.block_functions(q.shape[-2])
+        if fns is not None and self.feature_map.needs_grad(q, k, v):
+            # training, bidirectional: the hand-written backward recomputes each block's features (no autograd
+            # graph over the blocks, no features kept); the forward uses the in-place inference maps
+            fmap = self.feature_map
+            with torch.no_grad():
+                maps = fmap.block_maps(q.detach(), k.detach(), self.block_size)
+            return la.linear_attention_recomputed(*fns, q, k, v, eps=self.eps, block_size=self.block_size,
+                                                  tensors=tuple(p for p in fmap.parameters() if p.requires_grad),
+                                                  inference_maps=maps)
         map_q, map_k = self.feature_map.block_maps(q, k, self.block_size)
         return la.linear_attention_blocked(map_q, map_k, v, causal=self.causal, eps=self.eps,
                                            chunk_size=self.chunk_size, block_size=self.block_size)

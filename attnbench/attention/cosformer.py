@@ -47,6 +47,10 @@ class CosformerFeatureMap(FeatureMap):
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return self.phi_at(x, 0, x.shape[-2])
 
+    def block_functions(self, n: int):
+        tmap = la.TokenMap(lambda x, start: self.phi_at(x, start, n))
+        return tmap, tmap
+
     def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """Blocks keep their absolute positions and the whole sequence's period."""
         n = q.shape[-2]

@@ -38,6 +38,12 @@ class EluFeatureMap(FeatureMap):
     def phi_into(self, x, out):
         return torch.clamp(x, max=0, out=out).exp_().add_(F.relu(x))
 
+    @staticmethod
+    def _vjp(x, feats, dfeats):
+        return feats.clamp_(max=1.0).mul_(dfeats)                             # min(phi, 1) dphi, in place
+
+    vjp_q = vjp_k = _vjp
+
     def phi_q_reference(self, q):
         return F.elu(q) + 1.0
 

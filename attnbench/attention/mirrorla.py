@@ -148,6 +148,9 @@ class MirrorFeatureMap(FeatureMap):
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         return self._phi(x, self.block_variance)
 
+    def block_functions(self, n: int):
+        return None  # a token's features depend on the sequence's statistics
+
     def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """The sequence statistics are computed once per input; blocks then only reflect and rectify."""
         return self._block_map(q, block_size), self._block_map(k, block_size)

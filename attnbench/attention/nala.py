@@ -45,6 +45,12 @@ class NaLaFeatureMap(FeatureMap):
         if tau < 0:
             raise AttnbenchError(f"nala: option 'tau' must be >= 0, got {tau}")
         self.lam, self.tau, self.sign_split, self.eps = float(lam), float(tau), bool(sign_split), float(eps)
+        if not self.sign_split:  # the fused map's hand-written backward (kernels.nala) for the recomputing op
+            from ..kernels.nala import _fused_backward
+
+            opts = (self.lam, self.tau, self.eps)
+            self.vjp_q = lambda x, feats, dfeats: _fused_backward(x.contiguous(), dfeats, True, *opts)
+            self.vjp_k = lambda x, feats, dfeats: _fused_backward(x.contiguous(), dfeats, False, *opts)
 
     @property
     def feature_dim(self) -> int:

@@ -23,6 +23,12 @@ class ReluFeatureMap(FeatureMap):
     def phi_into(self, x, out):
         return torch.clamp(x, min=0, out=out)
 
+    @staticmethod
+    def _vjp(x, feats, dfeats):
+        return dfeats.mul_(feats > 0)                                         # ReLU'(x) = 1 where x > 0
+
+    vjp_q = vjp_k = _vjp
+
 
 @register_attention
 class ReluLinearAttention(FeatureMapAttention):

@@ -6,6 +6,7 @@ from .linear_attn import (
     linear_attention_bidirectional,
     linear_attention_blocked,
     linear_attention_chunked,
+    linear_attention_recomputed,
     linear_attention_recurrent,
     linear_attention_reference,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "linear_attention_bidirectional",
     "linear_attention_blocked",
     "linear_attention_chunked",
+    "linear_attention_recomputed",
     "linear_attention_recurrent",
     "linear_attention_reference",
 ]
