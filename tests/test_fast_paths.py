@@ -1,5 +1,6 @@
 """The CPU fast paths of issue 16 beside their references: the scale-aware normaliser guard, log-scaled key blocks,
-Performer's blocked form (accuracy against exact softmax, memory), the ELU+1 backward, SteLLA's scaled state.
+Performer's blocked form (accuracy against exact softmax, memory), the ELU+1 backward, SteLLA's scaled state, the
+recomputing backward of the bidirectional op (gradients by autograd per block and by hand).
 
 Every fast form is also covered by the registry-wide contract tests (fp64 at odd lengths, fp32 under the policy);
 these are the properties those do not see.
@@ -16,7 +17,8 @@ import attnbench
 from attnbench import registry
 from attnbench.bench import TensorMemory
 from attnbench.ops import (linear_attention_bidirectional, linear_attention_blocked, linear_attention_chunked,
-                           linear_attention_recurrent, linear_attention_reference)
+                           linear_attention_recomputed, linear_attention_recurrent, linear_attention_reference)
+from attnbench.ops.linear_attn import TokenMap
 
 from .helpers import assert_matches_fp64
 
@@ -215,3 +217,75 @@ def test_inference_path_matches_reference_fp64(name, causal, n):
             p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
         q, k, v = (gaussian(2, 2, n, 8, seed=s) for s in range(3))
         assert_matches_fp64(attn(q, k, v), attn.reference(q, k, v), f"{name} inference N={n}")
+
+
+# --- the recomputing backward (ops.linear_attention_recomputed) ------------------------------------------------
+
+
+def _positional_map(w):
+    """A map with a parameter and positions: phi(x)_t = exp(w x_t) * (1 + t / 10), M = D."""
+    def phi(x, start):
+        pos = torch.arange(start, start + x.shape[-2], dtype=x.dtype).unsqueeze(-1)
+        return torch.exp(x * w) * (1 + pos / 10)
+    return TokenMap(phi)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_recomputed_gradcheck_with_parameters_positions_and_a_scale(normalize):
+    """Every gradient (q, k, v, the map's parameter, the scale) by finite differences, in fp64, at 13 tokens in
+    blocks of 5; the output equals the plain quadratic form."""
+    q, k, v = (gaussian(1, 2, 13, 3, seed=s) for s in (1, 2, 3))
+    w = gaussian(3, seed=4).mul(0.3)
+    scale = None if normalize else torch.tensor(0.7, dtype=torch.float64)
+    leaves = [t.requires_grad_() for t in (q, k, v, w)] + ([] if normalize else [scale.requires_grad_()])
+
+    def f(q, k, v, w, *scale):
+        tmap = _positional_map(w)
+        return linear_attention_recomputed(tmap, tmap, q, k, v, tensors=(w,), normalize=normalize, block_size=5,
+                                           scale=scale[0] if scale else None)
+    assert torch.autograd.gradcheck(f, leaves)
+    with torch.no_grad():
+        fq = _positional_map(w).phi(q, 0)
+        fk = _positional_map(w).phi(k, 0)
+        ref = linear_attention_reference(fq, fk, v, normalize=normalize) * (1 if normalize else scale)
+        assert_matches_fp64(f(q, k, v, w, *([] if normalize else [scale])), ref, "recomputed vs reference")
+
+
+@pytest.mark.parametrize("need", ["q", "k", "v", "qkv"])
+def test_recomputed_hand_written_map_gradients_equal_autograd(need):
+    """ELU + 1 with its hand-written vjp = the same map through autograd = the autograd blocked path, for any
+    subset of inputs needing a gradient (one tensor needing none)."""
+    from attnbench.attention.linear import EluFeatureMap
+
+    elu = lambda x, start: torch.nn.functional.elu(x) + 1  # noqa: E731
+    by_hand, by_autograd = TokenMap(elu, EluFeatureMap.vjp_q), TokenMap(elu)
+    xs = [gaussian(2, 2, 23, 4, seed=s) for s in (5, 6, 7)]
+    g = gaussian(2, 2, 23, 4, seed=8)
+    grads = []
+    for run in ("hand", "autograd", "blocked"):
+        leaves = [x.clone().requires_grad_(name in need) for x, name in zip(xs, "qkv")]
+        if run == "blocked":
+            out = linear_attention_blocked(lambda s, e: elu(leaves[0][:, :, s:e], s),
+                                           lambda s, e: elu(leaves[1][:, :, s:e], s), leaves[2], block_size=7)
+        else:
+            tmap = by_hand if run == "hand" else by_autograd
+            out = linear_attention_recomputed(tmap, tmap, *leaves, block_size=7)
+        grads.append(torch.autograd.grad(out, [x for x in leaves if x.requires_grad], g))
+    for a, b in zip(grads[0], grads[2]):
+        assert_matches_fp64(a, b, f"hand-written vs blocked autograd ({need})")
+    for a, b in zip(grads[1], grads[2]):
+        assert_matches_fp64(a, b, f"per-block autograd vs blocked autograd ({need})")
+
+
+def test_recomputed_keeps_no_features_for_the_backward():
+    """What the forward keeps for the backward is q, k, v, the output and O(M D): a bidirectional linear
+    attention's autograd graph grows by less than one more [N, D] tensor over its inputs and output."""
+    attn = registry.build("nala", heads=2, head_dim=8)
+    attn.block_size = 64
+    q, k, v = (gaussian(1, 2, 1024, 8, seed=s, dtype=torch.float32).requires_grad_() for s in (1, 2, 3))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = attn(q, k, v)
+    io = {x.data_ptr() for x in (q, k, v, out)}
+    extra = sum(t.numel() for t in saved if t.data_ptr() not in io)
+    assert extra < q[0].numel(), f"saved {extra} elements beyond q, k, v and the output (one [H, N, D]: {q[0].numel()})"

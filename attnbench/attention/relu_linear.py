@@ -10,6 +10,11 @@ from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
 
 
+def relu_vjp(x, feats, dfeats):
+    """ReLU's gradient by hand (:class:`attnbench.ops.linear_attn.TokenMap`): dfeats where x > 0, in place."""
+    return dfeats.mul_(feats > 0)
+
+
 @register_feature_map
 class ReluFeatureMap(FeatureMap):
     """phi(x) = ReLU(x) (MirrorLA Eq. 2 with phi_r = ReLU; EfficientViT / cosFormer kernels)."""
@@ -23,11 +28,7 @@ class ReluFeatureMap(FeatureMap):
     def phi_into(self, x, out):
         return torch.clamp(x, min=0, out=out)
 
-    @staticmethod
-    def _vjp(x, feats, dfeats):
-        return dfeats.mul_(feats > 0)                                         # ReLU'(x) = 1 where x > 0
-
-    vjp_q = vjp_k = _vjp
+    vjp_q = vjp_k = staticmethod(lambda x, feats, dfeats: relu_vjp(x, feats, dfeats))
 
 
 @register_attention

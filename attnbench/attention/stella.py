@@ -11,6 +11,7 @@ from torch import nn
 from ..ops import linear_attn as la
 from ..registry import register_attention
 from .base import Attention
+from .relu_linear import relu_vjp
 
 PAPER = "Ahmed et al. 2025 (MixA / SteLLA, ICCV)"
 
@@ -59,11 +60,13 @@ class SteLLAAttention(Attention):
                                       chunk_size=self.chunk_size)
             return num / self._scale(n, q)
         # features block by block; the constant 1 / (alpha beta sqrt(d) N) scales the [d, d] state, not the output
-        q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
         scale = 1.0 / (self.alpha * self.beta * (math.sqrt(self.head_dim) * n)).to(q.dtype)
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-            map_q, map_k = (lambda s, e: F.relu(q_block(s, e))), (lambda s, e: F.relu(k_block(s, e)))
-        else:  # inference: every block into one reused buffer per side
-            relu_into = (lambda x, out: torch.clamp(x, min=0, out=out))  # noqa: E731
-            map_q, map_k = la.scratch_map(relu_into, q_block), la.scratch_map(relu_into, k_block)
-        return la.linear_attention_blocked(map_q, map_k, v, normalize=False, block_size=self.block_size, scale=scale)
+        relu_into = (lambda x, out: torch.clamp(x, min=0, out=out))  # noqa: E731
+        maps = tuple(la.scratch_map(relu_into, la.token_blocks(x.detach(), self.block_size)) for x in (q, k))
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                        or scale.requires_grad):
+            # training: the recomputing backward (no graph over the blocks), ReLU's gradient by hand
+            relu = la.TokenMap(lambda x, start: F.relu(x), relu_vjp)
+            return la.linear_attention_recomputed(relu, relu, q, k, v, normalize=False, block_size=self.block_size,
+                                                  scale=scale, inference_maps=maps)
+        return la.linear_attention_blocked(*maps, v, normalize=False, block_size=self.block_size, scale=scale)

@@ -528,7 +528,7 @@ class _Recomputed(torch.autograd.Function):
             for s, e in _bounds(n, block_size):                                   # key blocks
                 fk, vjp = features(phi_k, k, s, e, need_k)
                 if need_v:
-                    torch.matmul(fk, dS, out=dv[:, :, s:e])
+                    dv[:, :, s:e] = fk @ dS
                 if vjp is not None:
                     dfk = v[:, :, s:e] @ dS.transpose(-1, -2)                     # [B, H, b, M]
                     vjp(dfk.add_(dz) if normalize else dfk, dk[:, :, s:e] if need_k else None)
