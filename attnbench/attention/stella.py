@@ -63,10 +63,13 @@ class SteLLAAttention(Attention):
         scale = 1.0 / (self.alpha * self.beta * (math.sqrt(self.head_dim) * n)).to(q.dtype)
         relu_into = (lambda x, out: torch.clamp(x, min=0, out=out))  # noqa: E731
         maps = tuple(la.scratch_map(relu_into, la.token_blocks(x.detach(), self.block_size)) for x in (q, k))
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
-                                        or scale.requires_grad):
-            # training: the recomputing backward (no graph over the blocks), ReLU's gradient by hand
-            relu = la.TokenMap(lambda x, start: F.relu(x), relu_vjp)
-            return la.linear_attention_recomputed(relu, relu, q, k, v, normalize=False, block_size=self.block_size,
-                                                  scale=scale, inference_maps=maps)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or scale.requires_grad):
+            if n > self.block_size:
+                # training, several blocks: the recomputing backward (no graph over the blocks), ReLU's gradient
+                # by hand (with one block, autograd is faster: FeatureMapAttention.forward_torch)
+                relu = la.TokenMap(lambda x, start: F.relu(x), relu_vjp)
+                return la.linear_attention_recomputed(relu, relu, q, k, v, normalize=False,
+                                                      block_size=self.block_size, scale=scale, inference_maps=maps)
+            q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
+            maps = (lambda s, e: F.relu(q_block(s, e))), (lambda s, e: F.relu(k_block(s, e)))
         return la.linear_attention_blocked(*maps, v, normalize=False, block_size=self.block_size, scale=scale)
