@@ -12,6 +12,10 @@ time. Each pair is timed interleaved (one call of each per round), the median of
 Targets (issue 16): linear, relu_linear, stella <= 1.5x their bare matmuls; nala, mirrorla, polaformer, flatten,
 hedgehog, cosformer <= 2.5x; performer <= 2x linear, with memory linear in N; laplacian <= 3x linear.
 
+``--backward-gain``: forward + backward of every mechanism whose bidirectional training runs through the
+recomputing backward (``ops.linear_attention_recomputed``), against the same mechanism with
+``recompute_backward = False`` (autograd through the blocked op), interleaved; ratio = autograd ÷ recomputing.
+
 No timing without a correctness check first, twice: the fast form against the quadratic reference at N = 7 and
 129 (fp32, forward and gradients, :func:`attnbench.checks.check_one`), and at the timed shape against the plain
 O(N) form (the reference feature maps on the whole sequence, then the associative product; quadratic reference
@@ -144,6 +148,27 @@ def mech(name: str, n: int, mode: str):
     return timed(attn, inputs(n), mode, [p for p in attn.parameters() if p.requires_grad])
 
 
+def backward_gain(names, ns, repeats: int) -> None:
+    """``--backward-gain`` of the module docstring (both forms checked against the reference first)."""
+    print("forward + backward, autograd through the blocked op ÷ the recomputing backward (higher is better)")
+    for n in ns:
+        for name in names:
+            attn = build(name, n)
+            if not hasattr(attn, "recompute_backward") or (hasattr(attn, "feature_map")
+                                                            and attn.feature_map.block_functions(n) is None):
+                continue
+            if not checked(name, n, "fwd+bwd"):
+                continue
+            plain_attn = build(name, n)
+            plain_attn.recompute_backward = False
+            x = inputs(n)
+            params = lambda a: [p for p in a.parameters() if p.requires_grad]  # noqa: E731
+            t = round_robin({"recomputed": timed(attn, x, "fwd+bwd", params(attn)),
+                             "autograd": timed(plain_attn, x, "fwd+bwd", params(plain_attn))}, repeats)
+            print(f"   N={n:6d} {name:12s} {t['autograd'] / t['recomputed']:5.2f}x  "
+                  f"({t['recomputed'] * 1e3:.1f} ms vs {t['autograd'] * 1e3:.1f} ms)")
+
+
 def performer_memory(n: int) -> int:
     """Bytes of tensors created by a performer forward beyond its output (:class:`attnbench.bench.TensorMemory`)."""
     attn = build("performer", n)
@@ -160,10 +185,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated mechanisms (default: every target)")
     ap.add_argument("--modes", default="fwd,fwd+bwd")
+    ap.add_argument("--backward-gain", action="store_true",
+                    help="recomputing backward vs autograd through the blocked op, instead of the ratios")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(machine_line(machine()))
     names = [s for s in args.only.split(",") if s] or [*TARGETS, *VS_LINEAR]
+    if args.backward_gain:
+        backward_gain(names, args.n, args.repeats)
+        return 1 if FAILED else 0
     modes = args.modes.split(",")
     print(f"fp32, B={B} H={H} d={D}, bidirectional, {torch.get_num_threads()} threads, median of {args.repeats} "
           f"interleaved rounds; ratio = mechanism / reference (lower is better)")

@@ -198,6 +198,7 @@ class FeatureMapAttention(Attention):
     eps: float = 1e-6
     chunk_size: int = 64        # causal chunk (the masked quadratic part)
     block_size: int = 1024      # tokens whose features are computed at once (cache-sized; tests make it small)
+    recompute_backward: bool = True  # bidirectional training over several blocks: ops.linear_attention_recomputed
 
     def make_feature_map(self, **options) -> FeatureMap:
         return self.feature_map_cls(heads=self.heads, head_dim=self.head_dim, causal=self.causal, **options)
@@ -217,7 +218,8 @@ class FeatureMapAttention(Attention):
 
     def forward_torch(self, q, k, v):
         n = q.shape[-2]
-        fns = None if self.causal or n <= self.block_size else self.feature_map.block_functions(n)
+        several = n > self.block_size and self.recompute_backward
+        fns = self.feature_map.block_functions(n) if several and not self.causal else None
         if fns is not None and self.feature_map.needs_grad(q, k, v):
             # training, bidirectional, several blocks: the hand-written backward recomputes each block's features
             # (no autograd graph over the blocks, no features kept); the forward uses the in-place inference

@@ -100,6 +100,9 @@ class HedgehogAttention(FeatureMapAttention):
     name = "hedgehog"
     paper = PAPER
     feature_map_cls = HedgehogFeatureMap
+    # the recomputing backward would redo the MLP and its autograd per block: 0.89-0.94x at N = 4k-16k (measured,
+    # benchmarks/bench_fast_paths.py --backward-gain); autograd through the blocked op is kept
+    recompute_backward = False
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", tie_qk: bool = False):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)

@@ -37,6 +37,7 @@ class SteLLAAttention(Attention):
     paper = PAPER
     chunk_size: int = 64
     block_size: int = 1024      # tokens whose features are computed at once (bidirectional; tests make it small)
+    recompute_backward: bool = True  # training over several blocks: ops.linear_attention_recomputed
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto"):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
@@ -64,7 +65,7 @@ class SteLLAAttention(Attention):
         relu_into = (lambda x, out: torch.clamp(x, min=0, out=out))  # noqa: E731
         maps = tuple(la.scratch_map(relu_into, la.token_blocks(x.detach(), self.block_size)) for x in (q, k))
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or scale.requires_grad):
-            if n > self.block_size:
+            if n > self.block_size and self.recompute_backward:
                 # training, several blocks: the recomputing backward (no graph over the blocks), ReLU's gradient
                 # by hand (with one block, autograd is faster: FeatureMapAttention.forward_torch)
                 relu = la.TokenMap(lambda x, start: F.relu(x), relu_vjp)
