@@ -4,7 +4,8 @@
     python -m benchmarks.bench_delta_rule ...
 
 fp32, B = 1, H = 4, d = 64 by default, forward only (no autograd graph). First the outputs and final states are
-checked against FLA's references (max abs error <= 1e-4), then every form is timed round-robin (one call of
+checked under the tolerance policy (``attnbench.tolerance``: attnbench's fp32 error against the fp64 recurrence
+within a multiple of FLA's own fp32 error), then every form is timed round-robin (one call of
 each per round, so load from other processes hits all of them alike), and the median of the rounds is reported
 with the ratio FLA / attnbench. Timings are ratios measured in one run, never bare seconds.
 
@@ -14,7 +15,8 @@ with the ratio FLA / attnbench. Timings are ratios measured in one run, never ba
 - Gated DeltaNet: the same with a log-space gate vs ``fla.ops.gated_delta_rule.naive.naive_chunk_gated_delta_rule``
   (``[B, T, H, D]``: converted once, outside the timed call).
 
-Target (issue of the delta-rule op): attnbench >= 3x faster than FLA's ``delta_rule_chunkwise``.
+Targets: attnbench >= 3x faster than FLA's ``delta_rule_chunkwise`` at its default chunk (the delta-rule op's
+issue), and >= 1.5x on an AVX2-only CPU (issue 16, where it measured 0.83x).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import torch.nn.functional as F
 
 from attnbench.bench import round_robin
 from attnbench.provenance import machine, machine_line
-from attnbench.ops.delta import delta_rule_chunked
+from attnbench.ops.delta import delta_rule_chunked, delta_rule_recurrent
+from attnbench.tolerance import compare
 
-TOL = 1e-4
 TARGET = 3.0
+TARGET_AVX2 = 1.5
 
 
 def make_inputs(B: int, H: int, N: int, D: int, seed: int = 0):
@@ -42,10 +45,6 @@ def make_inputs(B: int, H: int, N: int, D: int, seed: int = 0):
     beta = torch.rand(B, H, N, generator=gen)                                 # [B, H, N]
     g = F.logsigmoid(torch.randn(B, H, N, generator=gen) + 3.0)               # [B, H, N]
     return q, k, v, beta, g
-
-
-def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.double() - b.double()).abs().max().item()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         naive_chunk_gated_delta_rule = None
 
     torch.set_num_threads(args.threads)
-    print(machine_line(machine()))
+    info = machine()
+    print(machine_line(info))
     B, H, N, D = args.batch, args.heads, args.n, args.head_dim
     for c in (args.chunk_size, args.fla_chunk_size):
         if N % c:
@@ -98,24 +98,26 @@ def main(argv: list[str] | None = None) -> int:
 
     ok = True
     with torch.no_grad():
-        # correctness gate: no timing unless the forms agree
-        o, s = ours()
+        # correctness gate, no timing unless it passes: attnbench's fp32 output and final state against the fp64
+        # recurrence, within a multiple of FLA's own fp32 error (the tolerance policy)
+        def gate(label, ours_out, fla_out, gate_g):
+            nonlocal ok
+            exact = delta_rule_recurrent(q.double(), k.double(), v.double(), beta.double(),
+                                         None if gate_g is None else gate_g.double(), output_final_state=True)
+            a = compare(list(ours_out), list(fla_out), list(exact), names=["output", "final state"],
+                        dtype=torch.float32)
+            print(f"  check {label}: {'ok' if a.ok else 'FAILED'} ({a.describe()})")
+            ok &= a.ok
+        o_s = ours()
         for name, fn in list(fns.items())[1:]:
-            if "gated" in name:
-                continue
-            o_ref, s_ref = fn()
-            e_o, e_s = max_err(o, o_ref), max_err(s, s_ref)
-            print(f"  check vs {name}: max |o| err {e_o:.2e}, max |S| err {e_s:.2e}")
-            ok &= e_o <= TOL and e_s <= TOL
+            if "gated" not in name:
+                gate(f"vs {name}", o_s, fn(), None)
         if gated:
             names = list(fns)
-            o, s = fns[names[-2]]()
             o_ref, s_ref = fns[names[-1]]()
-            e_o, e_s = max_err(o, o_ref.transpose(1, 2)), max_err(s, s_ref)
-            print(f"  check gated vs {names[-1]}: max |o| err {e_o:.2e}, max |S| err {e_s:.2e}")
-            ok &= e_o <= TOL and e_s <= TOL
+            gate(f"gated vs {names[-1]}", fns[names[-2]](), (o_ref.transpose(1, 2), s_ref), g)
         if not ok:
-            print(f"FAILED: outputs disagree by more than {TOL}; not timing")
+            print("FAILED: outside the tolerance policy; not timing")
             return 1
         med = round_robin(fns, args.repeats)
 
@@ -126,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<{width}}  {med[name] * 1e3:9.2f} ms   {med[name] / base:5.2f}x attnbench")
     ratio = med[names[1]] / base
     verdict = "meets" if ratio >= TARGET else "MISSES"
+    avx2 = not any(f.startswith("avx512") for f in info.get("cpu_flags") or [])
+    extra = (f"; {'meets' if ratio >= TARGET_AVX2 else 'MISSES'} the {TARGET_AVX2}x target for an AVX2-only CPU"
+             if avx2 else "")
     print(f"DeltaNet: attnbench is {ratio:.2f}x faster than FLA delta_rule_chunkwise at its default chunk "
-          f"({verdict} the {TARGET:.0f}x target)")
+          f"({verdict} the {TARGET:.0f}x target{extra})")
     if args.fla_chunk_size != args.chunk_size:
         print(f"DeltaNet: {med[names[2]] / base:.2f}x faster than delta_rule_chunkwise at the same chunk "
               f"({args.chunk_size})")
