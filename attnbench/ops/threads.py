@@ -62,11 +62,14 @@ def threads_for_load() -> Iterator[int]:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or want
-    # only when some CPUs are idle: a thread on a shared CPU then holds up every region's barrier while the
-    # others wait on idle CPUs; when every CPU is shared, all threads get the same share and dropping threads
-    # only loses work (measured: with one busy process on two cores, 1 thread degraded 1.7x and 2 threads 8x;
-    # with two busy processes, 2 threads degraded 2.2x and 1 thread 3.2x)
-    use = want if others is None or others >= cpus else max(1, min(want, cpus - others))
+    # Some CPUs idle: a thread on a shared CPU holds up every region's barrier while the others wait on idle CPUs,
+    # so use only the idle ones (measured: one busy process on two cores, 1 thread degraded 1.7x and 2 threads
+    # 8x). Every CPU shared: one thread. More threads would get a larger share of the CPUs, but each region's
+    # barrier then waits for whichever thread the scheduler has not run, and how much that costs depends on the
+    # machine: with two busy processes on two cores, 2 threads degraded 2.2x against 1 thread's 3.2x on an Intel
+    # Xeon, but 3.7-5.5x (single runs up to 16x) against 2.1-3.1x on an AMD EPYC. One thread bounds the loss by
+    # the share of the CPUs given up; a probe of a few parallel ops did not predict the stalls (measured).
+    use = want if others is None else max(1, min(want, cpus - others))
     if use == want:
         yield want
         return
