@@ -223,9 +223,10 @@ def main(argv=None) -> int:
         small, big = min(args.n), max(args.n)
         grow = mem[big] / max(mem[small], 1)
         ok = grow <= 1.05 * big / small
-        print(f"performer memory beyond the output (tensors created by a forward): "
+        verdict = "ok, at most linear" if ok else "MISS: superlinear"
+        print("performer memory beyond the output (tensors created by a forward): "
               + ", ".join(f"N={n}: {mem[n] / 2**20:.1f} MiB" for n in args.n)
-              + f" -> x{grow:.2f} for x{big / small:.0f} tokens ({'ok, at most linear' if ok else 'MISS: superlinear'})")
+              + f" -> x{grow:.2f} for x{big / small:.0f} tokens ({verdict})")
     misses = [r for r in rows if not r[5]]
     print(f"{len(rows) - len(misses)} of {len(rows)} ratios within target" +
           ("" if not misses else "; missed: " + ", ".join(f"{r[0]} N={r[1]} {r[2]} {r[3]:.2f}x" for r in misses)))

@@ -306,8 +306,9 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     # (X (I + LT) = I, LT = L'^T upper-triangular: this way round the operands reach its column-major layout
     # without a transposing copy; unitriangular=True supplies the unit diagonal, LT's diagonal and lower triangle
     # are never read), on one thread (ops.threads.one_thread), then Y = X^T R by one matmul on all threads.
-    # Measured on a 2-core AMD EPYC (AVX2), the solve of both right-hand sides at once took 2.5-3.5x one on two
-    # threads, and this way is 1.15x faster than that again. (FLA's chunk forms also invert I + L explicitly.)
+    # Measured on a 2-core AMD EPYC (AVX2): the solve for both right-hand sides took 1.4-3.5x longer on two
+    # threads than on one, and inverse + matmul is ~1.15x faster than that solve on one thread. (FLA's chunk
+    # forms also invert I + L explicitly.)
     with one_thread(LT.device.type == "cpu"):
         X = torch.linalg.solve_triangular(LT, torch.eye(C, dtype=LT.dtype, device=LT.device).expand_as(LT),
                                           upper=True, left=False, unitriangular=True)  # [m BH, C, C]

@@ -422,7 +422,8 @@ def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tenso
     if not isinstance(scale, torch.Tensor) and scale is not None:
         scale = torch.tensor(float(scale), dtype=v.dtype, device=v.device)
     if perms is not None and v.shape[-1] % len(perms):
-        raise ValueError(f"linear_attention_recomputed: v's last dim {v.shape[-1]} does not split in {len(perms)} groups")
+        raise ValueError(f"linear_attention_recomputed: v's last dim {v.shape[-1]} does not split into "
+                         f"{len(perms)} groups")
     groups = None if perms is None else _Groups(perms)
     return _Recomputed.apply((phi_q, phi_k, inference_maps, normalize, eps, block_size, groups),
                              q, k, v, scale, *tensors)
@@ -439,14 +440,14 @@ class _Groups:
 
     def state(self, S, z):
         """``(S_p [.., M, D], z_p [.., M, G])``: every group's rows in its query order."""
-        G, Dg = len(self.perms), S.shape[-1] // len(self.perms)
+        Dg = S.shape[-1] // len(self.perms)
         S_p = torch.cat([S[..., inv, g * Dg:(g + 1) * Dg] for g, inv in enumerate(self.inv)], -1)
         z_p = None if z is None else torch.cat([z[..., inv, :] for inv in self.inv], -1)
         return S_p, z_p
 
     def unpermute(self, dS_p, dz_p):
         """The gradients of S and z from those of ``S_p`` and ``z_p``."""
-        G, Dg = len(self.perms), dS_p.shape[-1] // len(self.perms)
+        Dg = dS_p.shape[-1] // len(self.perms)
         dS = torch.cat([dS_p[..., p, g * Dg:(g + 1) * Dg] for g, p in enumerate(self.perms)], -1)
         dz = None if dz_p is None else sum(dz_p[..., p, g:g + 1] for g, p in enumerate(self.perms))
         return dS, dz

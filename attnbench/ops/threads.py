@@ -84,7 +84,7 @@ def threads_for_load() -> Iterator[int]:
 def one_thread(active: bool = True) -> Iterator[None]:
     """Run the block on one torch thread (where ``active``). For LAPACK's batched small triangular solves: ATen
     solves them matrix by matrix, each call a parallel region too small to split. Measured on a 2-core AMD EPYC
-    (AVX2): 64 unit-triangular 64 x 64 solves with 128 right-hand sides took 1.5-3x longer on two threads than
+    (AVX2): 64 unit-triangular 64 x 64 solves with 128 right-hand sides took 1.4-3.5x longer on two threads than
     on one. The count does not depend on the machine's load, so results stay reproducible."""
     want = torch.get_num_threads()
     if not active or want == 1:
