@@ -296,10 +296,11 @@ def test_recomputed_hand_written_map_gradients_equal_autograd(need):
         assert_matches_fp64(a, b, f"per-block autograd vs blocked autograd ({need})")
 
 
-def test_recomputed_keeps_no_features_for_the_backward():
+@pytest.mark.parametrize("name", ["nala", "polaformer"])
+def test_recomputed_keeps_no_features_for_the_backward(name):
     """What the forward keeps for the backward is q, k, v, the output and O(M D): a bidirectional linear
     attention's autograd graph grows by less than one more [N, D] tensor over its inputs and output."""
-    attn = registry.build("nala", heads=2, head_dim=8)
+    attn = registry.build(name, heads=2, head_dim=8)
     attn.block_size = 64
     q, k, v = (gaussian(1, 2, 1024, 8, seed=s, dtype=torch.float32).requires_grad_() for s in (1, 2, 3))
     saved = []
