@@ -28,7 +28,7 @@ class ReluFeatureMap(FeatureMap):
     def phi_into(self, x, out):
         return torch.clamp(x, min=0, out=out)
 
-    vjp_q = vjp_k = staticmethod(lambda x, feats, dfeats: relu_vjp(x, feats, dfeats))
+    vjp_q = vjp_k = staticmethod(relu_vjp)
 
 
 @register_attention

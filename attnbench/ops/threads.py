@@ -70,12 +70,20 @@ def threads_for_load() -> Iterator[int]:
     # Xeon, but 3.7-5.5x (single runs up to 16x) against 2.1-3.1x on an AMD EPYC. One thread bounds the loss by
     # the share of the CPUs given up; a probe of a few parallel ops did not predict the stalls (measured).
     use = want if others is None else max(1, min(want, cpus - others))
-    if use == want:
-        yield want
-        return
-    torch.set_num_threads(use)
-    try:
+    with _threads(use):
         yield use
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Run the block on ``n`` torch threads, the count restored afterwards (nothing done when it is already n)."""
+    want = torch.get_num_threads()
+    if n == want:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
     finally:
         torch.set_num_threads(want)
 
@@ -86,12 +94,5 @@ def one_thread(active: bool = True) -> Iterator[None]:
     solves them matrix by matrix, each call a parallel region too small to split. Measured on a 2-core AMD EPYC
     (AVX2): 64 unit-triangular 64 x 64 solves with 128 right-hand sides took 1.4-3.5x longer on two threads than
     on one. The count does not depend on the machine's load, so results stay reproducible."""
-    want = torch.get_num_threads()
-    if not active or want == 1:
+    with _threads(1 if active else torch.get_num_threads()):
         yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(want)
