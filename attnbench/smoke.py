@@ -10,7 +10,9 @@ elementwise work is not counted, so the estimate is a lower bound on time).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+from .sweep import CellError
 
 # Dense bf16 tensor-core peaks from the vendors' data sheets (SXM parts), FLOP/s.
 GPU_PEAK_BF16 = {"H100": 989e12, "A100": 312e12}
@@ -64,3 +66,96 @@ def _fmt_hours(h: float) -> str:
     if h < 48:
         return f"{h:.1f} h"
     return f"{h / 24:.1f} days"
+
+
+# ------------------------------------------------------------------------------------------- smoke plumbing
+@dataclass(frozen=True)
+class SmokeDirs:
+    """Where a smoke run writes: ``data`` (its small files in the real formats), ``work`` (checkpoints, caches,
+    artifacts) and ``db`` (the results store). Temporary unless the user gave ``--out`` / ``--db``."""
+
+    root: Any
+    data: Any
+    work: Any
+    db: str
+
+
+class smoke_dirs:
+    """``with smoke_dirs(out, db, "lra") as d:`` a temporary directory (removed on exit) holding the smoke's data,
+    work directory and store; ``out`` / ``db`` given by the user replace the work directory / the store, so
+    nothing is written into the repository unless asked."""
+
+    def __init__(self, out: Optional[str] = None, db: Optional[str] = None, suite: str = "smoke"):
+        self.out, self.db, self.suite = out, db, suite
+
+    def __enter__(self) -> SmokeDirs:
+        import tempfile
+        from pathlib import Path
+
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"attnbench-{self.suite}-smoke-"))
+        work = Path(self.out) if self.out else self._tmp / "work"
+        return SmokeDirs(root=self._tmp, data=self._tmp / "data", work=work,
+                         db=str(self.db) if self.db else str(self._tmp / "smoke.db"))
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class PlannedStop(CellError):
+    """Raised by :class:`StopOnce` inside a training step: the smoke's stand-in for a killed run (the sweep
+    records the cell ``interrupted`` and goes on to the next)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, status="interrupted")
+
+
+class StopOnce:
+    """Trainer hooks that stop each cell's first attempt inside step ``at`` (1-based), after the checkpoint of
+    step ``at - 1``, so the cell's second attempt must resume from that checkpoint. Kill-free: the stop is an
+    exception the suite's sweep records as the cell's status, and the smoke reruns the sweep."""
+
+    def __init__(self, at: int = 2):
+        if at < 2:
+            raise ValueError(f"StopOnce(at={at}): the first attempt must checkpoint at least one step")
+        self.at = at
+        self.stopped: set = set()
+
+    def hooks(self, key: Any):
+        from .train import TrainHooks
+
+        if key in self.stopped:
+            return TrainHooks()
+
+        def stop(step: int, loss):
+            if step == self.at:
+                self.stopped.add(key)
+                raise PlannedStop(f"smoke: planned stop in step {step} (resumes from the checkpoint of step "
+                                  f"{step - 1})")
+            return loss
+
+        return TrainHooks(transform_loss=stop)
+
+    def check_resumed(self, outcomes) -> list[str]:
+        """One message per finished cell that was stopped but did not resume from step ``at - 1`` (or was never
+        stopped: then no checkpoint was exercised)."""
+        bad = []
+        for o in outcomes:
+            if o.result.status != "ok" or o.skipped:
+                continue
+            resumed = (o.result.metrics or {}).get("resumed_from")
+            if resumed != self.at - 1:
+                bad.append(f"{o.cell.label}: expected a resume from the checkpoint of step {self.at - 1}, got "
+                           f"resumed_from={resumed}")
+        return bad
+
+
+def first_failure(outcomes) -> Optional[str]:
+    """``"<cell>: <first line of its error>"`` of the first cell that did not end ok (skips included), or None."""
+    for o in outcomes:
+        status = "skipped" if o.skipped else o.result.status
+        if status != "ok":
+            why = (o.result.error or o.skipped or status).strip().splitlines()
+            return f"{o.cell.label}: {status}: {why[-1] if why else status}"
+    return None
