@@ -203,20 +203,26 @@ def check_all(names: list[str] | None = None, *, dtype: str = "float64",
     return rows
 
 
-def render_checks(rows: list[CheckResult]) -> Table:
-    table = Table(title=f"attnbench check: fast forms vs reference (error relative to max|float64 reference| + 1; "
-                        f"bound = {MULTIPLE:g} x the reference's own error in the same dtype + floor; worst tensor)")
-    cols = ("attention", "form", "impl", "N", "dtype", "fwd err", "bwd err", "ref err", "bound", "worst", "status")
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("N", "fwd err", "bwd err", "ref err", "bound") else "left")
+def check_table(rows: list[CheckResult]):
+    """The rows of ``attnbench check`` as one :data:`attnbench.report.TableData` (printed by
+    :func:`attnbench.report.render_tables`, in any ``--format``)."""
+    from rich.text import Text
+
     style = {"ok": "green", "skipped": "yellow", "mismatch": "bold red", "error": "bold red"}
-    for r in rows:
-        fmt = (lambda x: "-" if x is None else f"{x:.1e}")
-        status = f"[{style[r.status]}]{r.status}[/]" + (f" ({r.detail})" if r.detail else "")
-        table.add_row(r.name, "causal" if r.causal else "bidir", r.impl, str(r.seq_len), r.dtype,
-                      fmt(r.fwd_err), fmt(r.bwd_err), fmt(r.ref_err), fmt(None if r.fwd_err is None else r.bound),
-                      r.worst or "-", status)
-    return table
+    fmt = (lambda x: "-" if x is None else f"{x:.1e}")
+    cells = [[r.name, "causal" if r.causal else "bidir", r.impl, str(r.seq_len), r.dtype, fmt(r.fwd_err),
+              fmt(r.bwd_err), fmt(r.ref_err), fmt(None if r.fwd_err is None else r.bound), r.worst or "-",
+              Text(r.status + (f" ({r.detail})" if r.detail else ""), style=style[r.status])] for r in rows]
+    return ("attnbench check: fast forms vs reference",
+            ["attention", "form", "impl", "N", "dtype", "fwd err", "bwd err", "ref err", "bound", "worst", "status"],
+            cells, f"Error relative to max|float64 reference| + 1; bound = {MULTIPLE:g} x the reference's own error "
+                   f"in the same dtype + floor; worst tensor.")
+
+
+def render_checks(rows: list[CheckResult]) -> Table:
+    from .report import rich_tables
+
+    return rich_tables([check_table(rows)])[0]
 
 
 def summarize(rows: list[CheckResult]) -> tuple[str, bool]:

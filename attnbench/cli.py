@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from . import registry
 from . import clikit
@@ -37,7 +36,7 @@ def _add_suite_commands() -> None:
 
 
 @app.command("list")
-def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, tsv or json (auto: table on a terminal, "
+def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a terminal, "
                                      "tsv when piped, so `attnbench list | grep NAME` finds whole lines)"),
              live: bool = clikit.flag(False, "--live", help="read the live registry (imports torch and every "
                                       "mechanism, including plug-ins) instead of the built-in catalogue")) -> None:
@@ -46,49 +45,58 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, tsv or jso
 
     from . import catalog
 
+    from . import report
+
     rows = (None if live else catalog.load()) or catalog.live()
     fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))
         return
+    if fmt not in ("table", "tsv", "md"):
+        fail(f"--format must be table, tsv, md or json, got {fmt!r}")
     cells = [[d["name"], d["paper"], "yes" if d["bidirectional"] else "no", "yes" if d["causal"] else "no",
               ", ".join(d["impls"]), ", ".join(f"{k}={v}" for k, v in d["options"].items()) or "-"] for d in rows]
     header = ["name", "paper", "bidirectional", "causal", "impls", "options (defaults)"]
-    if fmt == "tsv":
+    if fmt == "tsv":  # no title line: `attnbench list | grep NAME` gives whole rows
         for line in [header, *cells]:
             typer.echo("\t".join(line))
         return
-    if fmt != "table":
-        fail(f"--format must be table, tsv or json, got {fmt!r}")
-    table = Table(title="attnbench attentions")
-    for col in header:
-        table.add_column(col, overflow="fold", no_wrap=col == "name")
-    for row in cells:
-        table.add_row(*row)
-    console.print(table)
+    report.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions; `attnbench list "
+                           f"--format json` gives every field.")], console=console, fmt=fmt)
 
 
 @app.command("check")
 def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-separated names (default: all)"),
               dtype: str = typer.Option("float64", help="float64 or float32"),
               interpret: bool = clikit.flag(False, "--interpret", help="run the Triton kernels on the CPU "
-                                             "under Triton's interpreter (slow; no GPU needed)")) -> None:
+                                             "under Triton's interpreter (slow; no GPU needed)"),
+              fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a "
+                                      "terminal, md when piped)")) -> None:
     """Every impl of every mechanism (and of the delta-rule op) against its reference at odd shapes, forward and
     backward."""
+    from . import report
+
+    try:
+        fmt = report.table_format(fmt, console)  # a bad --format fails before any work
+    except ValueError as e:
+        fail(str(e))
     if interpret:  # must be set before triton is imported (kernels are imported lazily, on first use)
         import os
 
         os.environ["TRITON_INTERPRET"] = "1"
-    from .checks import check_all, render_checks, summarize
+    from .checks import check_all, check_table, summarize
 
     names = [n.strip() for n in (attn or "").split(",") if n.strip()]  # check_all knows the ops too
     try:
         rows = check_all(names or None, dtype=dtype)
     except AttnbenchError as e:
         fail(str(e))
-    console.print(render_checks(rows))
+    report.render_tables([check_table(rows)], console=console, fmt=fmt)
     line, bad = summarize(rows)  # agreed, skipped (why), disagreed and errored, counted apart
-    console.print(f"[bold red]{line}[/]" if bad else f"[green]{line}[/]")
+    if fmt == "json":  # stdout stays one JSON document: the summary goes to stderr
+        typer.echo(line, err=True)
+    else:
+        console.print(f"[bold red]{line}[/]" if bad else f"[green]{line}[/]")
     if bad:
         raise typer.Exit(code=1)
 
@@ -102,15 +110,14 @@ def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", 
               setting: Optional[str] = typer.Option(None, "--setting", help="only this setting"),
               committed: bool = clikit.flag(True, "--committed/--no-committed",
                                              help="show the committed reference results (results/<suite>/)"),
-              fmt: str = typer.Option("auto", "--format", help="rich, markdown, or auto: rich tables on a "
-                                      "terminal, markdown when piped (cells never fold)")) -> None:
+              fmt: str = typer.Option("auto", "--format", help="table, md, tsv, json, or auto: tables fitted to "
+                                      "the terminal, md when piped (numbers never fold)")) -> None:
     """Leaderboard of a suite from the store, beside the committed reference results."""
     from . import report
 
-    fmt = ("rich" if console.is_terminal else "markdown") if fmt == "auto" else fmt
     try:
         report.table(suite, db=db, setting=setting, committed=committed, console=console, fmt=fmt)
-    except (AttnbenchError, ValueError) as e:
+    except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
 
 

@@ -209,25 +209,170 @@ TableData = tuple[str, list[str], list[list[str]], str]
 
 
 def rich_tables(tables: Iterable[TableData], style: str | None = None) -> list[Any]:
-    """rich ``Table`` s of ``tables`` (names left-aligned and never folded, numbers right-aligned)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    out = []
-    for title, header, rows, caption in tables:
-        t = Table(title=f"[bold]{escape(title)}[/]", caption=escape(caption), caption_justify="left",
-                  title_style=style)
-        for h in header:
-            name = h.startswith(("attention", "method", "impl"))
-            t.add_column(escape(h), justify="left" if name else "right", overflow="fold", no_wrap=name)
-        for row in rows:
-            t.add_row(*[escape(str(c)) for c in row])
-        out.append(t)
-    return out
+    """rich ``Table`` s of ``tables`` at their natural width (names left-aligned, numbers right-aligned, no cell
+    ever folded); :func:`render_tables` fits them to the console instead."""
+    return [_rich_table(t, list(range(len(t[1]))), style, fit=False) for t in tables]
 
 
 def markdown_tables(tables: Iterable[TableData]) -> str:
-    return "\n".join(f"#### {title}\n\n{md_table(h, rows)}\n\n{cap}\n" for title, h, rows, cap in tables)
+    return "\n".join(f"#### {title}\n\n{md_table(h, [[_one_line(c) for c in row] for row in rows])}\n\n{cap}\n"
+                     for title, h, rows, cap in tables)
+
+
+# --- printing a table: the one function every command uses -------------------------------------------------------
+#: Columns whose cells are prose: they may wrap between words (never inside one); every other column is kept on one
+#: line per cell, so a number is never split.
+TEXT_COLUMNS = ("criterion", "paper", "options", "status", "impls", "the paper prints", "detail", "note", "stage losses",
+                "quadratic layers", "why", "claim", "reason")
+#: Which columns go first when a table is too wide for the console (matched by header prefix, in this order); then
+#: the rightmost remaining ones. The first column (the row's name) is never dropped.
+DROP_FIRST = ("impl", "form", "dtype", "worst", "ref err", "bound", "wall", "params", "top-5", "FLOPs", "infer mem",
+              "train mem", "peak mem", "infer img/s", "after 1 / 2", "stage losses", "quadratic layers", "input",
+              "the paper prints", "impls", "bidirectional", "causal", "exponent", "GFLOP/s", "criterion")
+#: Columns dropped last (a row's outcome).
+KEEP_LAST = ("verdict", "status", "top-1", "avg", "score")
+TABLE_FORMATS = ("auto", "table", "rich", "md", "markdown", "tsv", "json")
+
+
+def table_format(fmt: str, console=None) -> str:
+    """``--format`` of a command that prints tables: ``table`` (rich; also spelled ``rich``), ``md``/``markdown``,
+    ``tsv``, ``json``, or ``auto``: rich tables on a terminal, markdown when piped or redirected."""
+    f = (fmt or "auto").lower()
+    if f not in TABLE_FORMATS:
+        raise ValueError(f"--format must be one of table, md, tsv, json (or auto), got {fmt!r}")
+    if f == "auto":
+        from .clikit import console as default
+
+        return "table" if (console or default).is_terminal else "md"
+    return {"rich": "table", "markdown": "md"}.get(f, f)
+
+
+def _one_line(cell: Any) -> str:
+    return " · ".join(str(cell).splitlines())
+
+
+def _is_text(header: str) -> bool:
+    return header.startswith(TEXT_COLUMNS)
+
+
+def _drop_order(header: list[str]) -> list[int]:
+    """Column indices in the order they are dropped when the table does not fit (never 0)."""
+    rest = list(range(1, len(header)))
+    first = [i for p in DROP_FIRST for i in rest if header[i].startswith(p)]
+    first = list(dict.fromkeys(first))
+    last = [i for i in rest if header[i].startswith(KEEP_LAST) and i not in first]
+    middle = [i for i in reversed(rest) if i not in first and i not in last]
+    return first + middle + list(reversed(last))
+
+
+def _widths(header: list[str], rows: list[list[Any]], i: int) -> tuple[int, int]:
+    """(minimum, natural) width of column ``i``: a prose column may wrap between words; any other keeps each
+    cell line whole (its header may wrap between words)."""
+    from rich.cells import cell_len
+
+    lines = [ln for row in rows for ln in str(row[i]).splitlines() or [""]]
+    head_word = max((cell_len(w) for w in header[i].split()), default=1)
+    natural = max([cell_len(ln) for ln in lines] + [cell_len(header[i])])
+    if _is_text(header[i]):
+        word = max((cell_len(w) for ln in lines for w in ln.split()), default=1)
+        return max(word, head_word), natural
+    return max([cell_len(ln) for ln in lines] + [head_word]), natural
+
+
+def _rich_table(t: TableData, cols: list[int], style: str | None, *, fit: bool = True,
+                dropped: list[str] | None = None):
+    from rich.table import Table
+    from rich.text import Text
+
+    title, header, rows, caption = t
+    if dropped:
+        caption += (f" Not shown at this width: {', '.join(dropped)} (widen the terminal, or --format md shows "
+                    f"every column).")
+    table = Table(title=Text(title, style=f"bold {style}" if style else "bold"), caption=Text(caption),
+                  caption_justify="left")
+    for i in cols:
+        name = header[i].startswith(("attention", "method", "impl", "name", "variant", "check"))
+        lo, _ = _widths(header, rows, i)
+        text = _is_text(header[i])
+        table.add_column(Text(header[i]), justify="left" if name or text else "right", min_width=lo,
+                         max_width=None if text or not fit else lo)  # the header wraps between its words
+    for row in rows:
+        cells = []
+        for i in cols:
+            c = row[i].copy() if isinstance(row[i], Text) else Text(str(row[i]))
+            if not _is_text(header[i]):
+                c.no_wrap, c.overflow = True, "ignore"   # a number is never folded, never cut
+            cells.append(c)
+        table.add_row(*cells)
+    return table
+
+
+def fit_columns(t: TableData, width: int) -> list[int]:
+    """The columns of ``t`` that fit in ``width`` cells (see :data:`DROP_FIRST`); at least the name column."""
+    header, rows = t[1], t[2]
+    cols = list(range(len(header)))
+    need = lambda cs: sum(_widths(header, rows, i)[0] + 3 for i in cs) + 1  # noqa: E731 - padding and rules
+    for i in _drop_order(header):
+        if need(cols) <= width:
+            break
+        cols.remove(i)
+    return cols
+
+
+def render_tables(tables: Iterable[TableData], *, console=None, fmt: str = "auto",
+                  style: str | None = None) -> list[list[str]]:
+    """Print ``tables`` on ``console`` (default: the CLI's): every command's tables go through here.
+
+    ``fmt`` (see :func:`table_format`): ``table`` fits each table to the console's width, a cell never folds
+    (prose columns wrap between words), and columns that do not fit are dropped (:data:`DROP_FIRST`), the caption
+    names them; ``md`` prints markdown (one line per row, whatever the width: for pipes and files); ``tsv`` one
+    line per row, a ``# title`` line before each table; ``json`` a list of ``{title, caption, rows: [{column:
+    cell}]}``. Returns the headers shown of each table."""
+    import json
+
+    from .clikit import console as default
+
+    console = console or default
+    fmt = table_format(fmt, console)
+    tables = list(tables)
+    shown: list[list[str]] = []
+    if fmt == "json":
+        data = [{"title": t[0], "caption": t[3], "rows": [dict(zip(t[1], map(str, r))) for r in t[2]]} for t in tables]
+        console.out(json.dumps(data, indent=1, ensure_ascii=False), highlight=False)
+        return [list(t[1]) for t in tables]
+    if fmt == "md":
+        for t in tables:
+            console.out(markdown_tables([t]), highlight=False)  # plain text: no markup, no folding
+        return [list(t[1]) for t in tables]
+    if fmt == "tsv":
+        for t in tables:
+            lines = [f"# {t[0]}", "\t".join(t[1]), *("\t".join(_one_line(c) for c in r) for r in t[2])]
+            console.out("\n".join(lines), highlight=False)
+        return [list(t[1]) for t in tables]
+    for t in tables:
+        cols = fit_columns(t, console.width)
+        if len(cols) == 1 and len(t[1]) > 1 and _widths(t[1], t[2], 0)[0] + 4 > console.width:
+            _print_records(t, console)  # not even the names fit: one block per row
+            shown.append(list(t[1]))
+            continue
+        dropped = [t[1][i] for i in range(len(t[1])) if i not in cols]
+        console.print(_rich_table(t, cols, style, dropped=dropped))
+        console.print()
+        shown.append([t[1][i] for i in cols])
+    return shown
+
+
+def _print_records(t: TableData, console) -> None:
+    """A table too wide for any column layout: each row as a block of ``column: cell`` lines."""
+    from rich.text import Text
+
+    console.print(Text(t[0], style="bold"))
+    for row in t[2]:
+        console.print(Text(_one_line(row[0]), style="bold"))
+        for h, c in zip(t[1][1:], row[1:]):
+            console.print(Text(f"  {h}: {_one_line(c)}"))
+    console.print(Text(t[3]))
+    console.print()
 
 
 def generic_rich(source: Source) -> list[Any]:
@@ -243,31 +388,67 @@ class View:
     """How ``attnbench table/plot/export --format markdown`` render a suite's records: a suite's
     :class:`attnbench.registry.Suite` carries one (``view=``); suites without one get :data:`GENERIC`.
 
-    ``rich(source)``: the rich tables of one source; ``markdown(source)``: the same as markdown text;
-    ``plot(source, out_dir, prefix)``: the PNGs written (None: the suite has no plots); ``extra()``: tables shown
-    once by ``table`` after the sources' (e.g. a suite's published numbers, labelled as such), and
-    ``extra_markdown()`` the same as markdown."""
+    ``data(source)``: the leaderboard tables of one source as :data:`TableData` (what :func:`render_tables` prints
+    in any format and at any width); ``extra_data()``: tables shown once by ``table`` after the sources' (e.g. a
+    suite's published numbers, labelled as such); ``plot(source, out_dir, prefix)``: the PNGs written (None: the
+    suite has no plots). ``rich`` / ``markdown`` / ``extra`` / ``extra_markdown`` are the same tables rendered
+    (rich tables at their natural width, markdown text), derived from ``data`` when not given."""
 
-    rich: Callable[[Source], list[Any]]
-    markdown: Callable[[Source], str]
+    rich: Callable[[Source], list[Any]] | None = None
+    markdown: Callable[[Source], str] | None = None
     plot: Callable[[Source, Path, str], list[Path]] | None = None
     extra: Callable[[], list[Any]] | None = None
-    extra_markdown: Callable[[], str] | None = None  # ``extra`` as markdown (``table --format markdown``)
+    extra_markdown: Callable[[], str] | None = None
+    data: Callable[[Source], list[TableData]] | None = None
+    extra_data: Callable[[], list[TableData]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            data, extra = self.data, self.extra_data
+            self.rich = self.rich or (lambda src: rich_tables(data(src), "cyan" if src.committed else "green"))
+            self.markdown = self.markdown or (lambda src: markdown_tables(data(src)))
+            if extra is not None:
+                self.extra = self.extra or (lambda: rich_tables(extra(), "yellow"))
+                self.extra_markdown = self.extra_markdown or (lambda: markdown_tables(extra()))
 
 
-GENERIC = View(generic_rich, generic_markdown)
+GENERIC = View(data=lambda src: _generic_tables(src))
 
 
 def table_view(tables: Callable[[list[Measurement], str], list[TableData]], *,
                extra: Callable[[], list[TableData]] | None = None,
                plot: Callable[[Source, Path, str], list[Path]] | None = None) -> View:
     """A suite's :class:`View` from ``tables(records, label)``, the function that builds its leaderboard tables
-    from one source: committed sources in cyan, the user's in green, ``extra`` tables (e.g. a paper's reported
-    numbers) in yellow after them; markdown the same."""
-    return View(rich=lambda src: rich_tables(tables(src.records, src.label), "cyan" if src.committed else "green"),
-                markdown=lambda src: markdown_tables(tables(src.records, src.label)), plot=plot,
-                extra=(lambda: rich_tables(extra(), "yellow")) if extra else None,
-                extra_markdown=(lambda: markdown_tables(extra())) if extra else None)
+    from one source, and ``extra()`` (e.g. a paper's reported numbers)."""
+    return View(data=lambda src: tables(src.records, src.label), extra_data=extra, plot=plot)
+
+
+def machine_of(records: Iterable[Measurement]) -> str:
+    """The machines that measured ``records``: the device names (CPU or GPU model) and, where recorded, the
+    measured fp32 matmul GFLOP/s of the machine."""
+    names, flops = set(), set()
+    for r in records:
+        if r.device_name:
+            names.add(r.device_name)
+        g = r.metrics.get("matmul_fp32_gflops") or r.params.get("matmul_fp32_gflops")
+        if isinstance(g, (int, float)):
+            flops.add(f"{g:.0f}")
+    text = "; ".join(sorted(names)) or "machine not recorded"
+    return text + (f", fp32 matmul {'/'.join(sorted(flops))} GFLOP/s" if flops else "")
+
+
+def source_tables(view: View, src: Source) -> list[TableData]:
+    """The view's tables of ``src``, each title naming the machine that measured it (unless the view's title
+    already does) and whether the numbers are the committed reference results or the user's own runs."""
+    machine = machine_of(src.records)
+    names = sorted({r.device_name for r in src.records if r.device_name})
+    tag = "committed results" if src.committed else "your runs"
+    out = []
+    for title, header, rows, cap in view.data(src):
+        if not names or not any(n in title for n in names) or (" GFLOP/s" in machine and "GFLOP/s" not in title):
+            title += f" ({machine})"
+        out.append((f"{title} · {tag}", header, rows, cap))
+    return out
 
 
 def _registered(suite: str):
@@ -288,50 +469,56 @@ def view_of(suite: str) -> View:
     return view or GENERIC
 
 
-def print_tables(suite: str, sources: list[Source], console=None) -> int:
-    """Render every source's leaderboard tables for ``suite``; returns how many tables were printed."""
-    from rich.console import Console
-
-    console = console or Console()
+def print_tables(suite: str, sources: list[Source], console=None, fmt: str = "auto") -> int:
+    """Render every source's leaderboard tables for ``suite`` (:func:`render_tables`); returns how many tables
+    were printed."""
+    view = view_of(suite)
     n = 0
     for src in sources:
-        for t in view_of(suite).rich(src):
-            console.print(t)
-            console.print()
-            n += 1
+        if view.data is None:  # a view that renders itself (no TableData): natural width
+            for t in view.rich(src):
+                (console or _cli_console()).print(t)
+                n += 1
+            continue
+        n += len(render_tables(source_tables(view, src), console=console, fmt=fmt,
+                               style="cyan" if src.committed else "green"))
     return n
 
 
-def table(suite: str, *, db: str | None = None, setting: str | None = None, committed: bool = True,
-          console=None, fmt: str = "rich") -> int:
-    """``attnbench table <suite>``: the user's store, then the committed reference results (labelled). ``fmt``
-    ``rich`` (terminal tables) or ``markdown`` (plain text, for pipes and files: cells never fold)."""
-    from rich.console import Console
+def _cli_console():
+    from .clikit import console
 
-    if fmt not in ("rich", "markdown"):
-        raise ValueError(f"--format must be rich or markdown, got {fmt!r}")
-    console = console or Console()
+    return console
+
+
+def table(suite: str, *, db: str | None = None, setting: str | None = None, committed: bool = True,
+          console=None, fmt: str = "auto") -> int:
+    """``attnbench table <suite>``: the user's store, then the committed reference results (labelled), then the
+    suite's extra tables (e.g. published numbers); ``fmt`` as :func:`render_tables` (auto: rich tables fitted to a
+    terminal, markdown when piped). A ``db`` given explicitly (``--db``) that does not exist is an error."""
+    console = console or _cli_console()
+    fmt = table_format(fmt, console)
+    if db is not None and not resolve_db(db).exists():
+        raise AttnbenchError(f"--db {db}: no such results store (nothing was run with it yet; check the path)")
     sources = load_sources(suite, db=db, include_committed=committed, setting=setting)
-    n = 0
     if not sources and _registered(suite) is None:
         from . import registry
 
         registry.get_suite(suite)  # nothing of that name anywhere: the did-you-mean error of the registry
     if not sources:
-        console.print(f"no {suite} results: nothing in {resolve_db(db)} and no committed results/{suite}/*.jsonl; "
-                      f"run `attnbench run {suite}` first")
+        have = reference_files(suite)
+        where = (f"committed results/{suite}/ has none" + (f" of setting {setting}" if setting else "")
+                 if have else f"no committed results/{suite}/*.jsonl")
+        console.print(f"no {suite} results: nothing in {resolve_db(db)} and {where}; run `attnbench run {suite}` "
+                      f"first")
+    n = print_tables(suite, sources, console=console, fmt=fmt)
     view = view_of(suite)
-    if fmt == "markdown":
-        texts = [view.markdown(src) for src in sources] + ([view.extra_markdown()] if view.extra_markdown else [])
-        for text in texts:
-            console.out(text, highlight=False)  # plain text: no markup, no folding
-        return len(texts)
-    if sources:
-        n = print_tables(suite, sources, console=console)
-    for t in view.extra() if view.extra else []:
-        console.print(t)
-        console.print()
-        n += 1
+    if view.extra_data is not None:
+        n += len(render_tables(view.extra_data(), console=console, fmt=fmt, style="yellow"))
+    elif view.extra is not None:
+        for t in view.extra():
+            console.print(t)
+            n += 1
     return n
 
 

@@ -339,4 +339,9 @@ def plot_scaling(source: Source, out_dir: Path, prefix: str = "scaling") -> list
     return written
 
 
-VIEW = View(rich=scaling_rich, markdown=scaling_markdown, plot=plot_scaling)
+def scaling_data(source: Source) -> list:
+    """The boards of ``source`` as (title, header, rows, caption) tables (printed by attnbench.report)."""
+    return [t for board in scaling_boards(source.records) for t in _board_tables(board, source, "\n")]
+
+
+VIEW = View(rich=scaling_rich, markdown=scaling_markdown, plot=plot_scaling, data=scaling_data)
