@@ -59,6 +59,8 @@ def train_flops(step: Callable[[], Any]) -> int:
 
 
 def _fmt_hours(h: float) -> str:
+    if h < 1 / 3600:
+        return "under 1 s"
     if h < 1 / 60:
         return f"{h * 3600:.0f} s"
     if h < 1:

@@ -13,13 +13,18 @@ from attnbench.errors import AttnbenchError
 
 
 def run_command(
-    attn: str = typer.Option(..., "--attn", help=clikit.ATTN_HELP),
+    attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (required; --smoke: default "
+                                       "softmax)"),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="comma-separated of listops, text, retrieval, image, "
                                         "pathfinder (default: the preset's; tasks without data are skipped)"),
     preset: Optional[str] = typer.Option(None, "--preset", help="tiny, skyformer or a .toml path (default: tiny "
                                          "without --data-dir, skyformer with it)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory holding the real data (LRA release, "
                                            "aclImdb/, cifar-10-batches-py/)"),
+    smoke: bool = clikit.flag(False, "--smoke", help="every task of the preset through its real pipeline on a "
+                              "few examples written in the release formats: 3 steps at batch 2 on the CPU, a "
+                              "checkpoint and a resume, then the full run's cost on an H100; temporary store "
+                              "and files unless --db / --out"),
     seed: int = clikit.SEED,
     force: bool = clikit.FORCE,
     db: Optional[str] = clikit.DB,
@@ -40,6 +45,20 @@ def run_command(
     from attnbench.store import project_root
     from attnbench.sweep import parse_shard
 
+    if smoke:
+        if data_dir is not None:
+            fail("--smoke writes its own small data in the release formats; drop --data-dir")
+        from .smoke import run_smoke
+
+        try:
+            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset,
+                           tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None, seed=seed,
+                           db=db, out=out, console=console)
+        except (AttnbenchError, ValueError, OSError) as e:
+            fail(str(e))
+        raise typer.Exit(code=rc)
+    if attn is None:
+        fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
     try:
         specs = parse_specs(attn)
         shard_kn = parse_shard(shard)

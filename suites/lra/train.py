@@ -425,9 +425,10 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
             preset: Optional[str | Preset] = None, data_dir: Optional[str] = None, seed: int = 0,
             force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
             shard: Optional[tuple[int, int]] = None, console=None, hooks: Optional[HooksFor] = None,
-            argv: Optional[list[str]] = None, progress: bool = True) -> SweepSummary:
+            argv: Optional[list[str]] = None, progress: bool = True, estimate: bool = True) -> SweepSummary:
     """Train and evaluate ``attentions`` x ``tasks`` of ``preset`` (default: ``tiny`` without ``data_dir``,
-    ``skyformer`` with it); see the module docstring. Under torchrun every rank calls this (DDP)."""
+    ``skyformer`` with it); see the module docstring. Under torchrun every rank calls this (DDP). ``estimate``:
+    time a few steps first and print the run's expected duration (the smoke, which is that run, does not)."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -464,7 +465,7 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
         datas, skips = _prepare_all(pre, tasks, dpath, cache, console, dist)
         for t, msg in skips.items():
             say(f"[yellow]{escape(msg)}[/]")
-        if dist.main and datas:
+        if dist.main and datas and estimate:
             est = sum(estimate_seconds(specs[0].with_defaults(pre.options_for(specs[0].name)), pre, t, d, device,
                                        dist.world) for t, d in datas.items())
             samples = ", ".join(f"{t} {pre.task(t).steps} steps x {pre.task(t).batch_size}" for t in datas)
