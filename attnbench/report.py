@@ -294,14 +294,17 @@ def _rich_table(t: TableData, cols: list[int], style: str | None, *, fit: bool =
         name = header[i].startswith(("attention", "method", "impl", "name", "variant", "check"))
         lo, _ = _widths(header, rows, i)
         text = _is_text(header[i])
+        # a fixed width for a column of numbers (rich never narrows it); its header wraps between words
         table.add_column(Text(header[i]), justify="left" if name or text else "right", min_width=lo,
-                         max_width=None if text or not fit else lo)  # the header wraps between its words
+                         width=None if text or not fit else lo)
     for row in rows:
         cells = []
         for i in cols:
             c = row[i].copy() if isinstance(row[i], Text) else Text(str(row[i]))
             if not _is_text(header[i]):
-                c.no_wrap, c.overflow = True, "ignore"   # a number is never folded, never cut
+                c.no_wrap = True   # a number is never folded (the column is as wide as its widest cell)
+                c.justify = c.justify or ("left" if i == 0 or header[i].startswith(("attention", "impl")) else
+                                          "right")
             cells.append(c)
         table.add_row(*cells)
     return table
@@ -437,6 +440,15 @@ def machine_of(records: Iterable[Measurement]) -> str:
     return text + (f", fp32 matmul {'/'.join(sorted(flops))} GFLOP/s" if flops else "")
 
 
+#: The mark of a timing taken while other attnbench processes ran on the same host (see attnbench.sweep).
+CONTENDED = "‡"
+
+
+def timing_mark(r: Measurement) -> str:
+    """`` ‡`` when ``r``'s timing overlapped another attnbench process on its host, else ``""``."""
+    return f" {CONTENDED}" if r.metrics.get("concurrent_attnbench") else ""
+
+
 def source_tables(view: View, src: Source) -> list[TableData]:
     """The view's tables of ``src``, each title naming the machine that measured it (unless the view's title
     already does) and whether the numbers are the committed reference results or the user's own runs."""
@@ -447,6 +459,9 @@ def source_tables(view: View, src: Source) -> list[TableData]:
     for title, header, rows, cap in view.data(src):
         if not names or not any(n in title for n in names) or (" GFLOP/s" in machine and "GFLOP/s" not in title):
             title += f" ({machine})"
+        if any(CONTENDED in str(c) for row in rows for c in row):
+            cap += (f" {CONTENDED} timed while other attnbench processes ran on the same machine (listed in the "
+                    f"record's metrics.concurrent_attnbench): a slower figure, not comparable.")
         out.append((f"{title} · {tag}", header, rows, cap))
     return out
 

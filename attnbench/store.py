@@ -25,8 +25,17 @@ killed process never leaves half a record and concurrent writers (several proces
 instead of losing rows. ``config_hash`` identifies a point (suite, setting, task, attention, options, params,
 dtype, device); a re-run skips points whose hash already has a *finished* status (:data:`FINISHED`).
 
+    leases        the cells in flight: config_hash PRIMARY KEY, suite, run_id, label, pid, pid_start, hostname,
+      started_at, heartbeat_at (see :meth:`Store.claim`)
+
 Schema history: 1, the first; 2 adds ``runs.pid``, ``runs.hostname`` and ``runs.note`` (a version-1 file is
-migrated in place when opened, in one transaction; its old runs have no owner and are never reaped).
+migrated in place when opened, in one transaction; its old runs have no owner and are never reaped); 3 adds the
+``leases`` table (created when an older file is opened).
+
+Concurrent runs on one store: a sweep *claims* each cell before running it (:meth:`Store.claim`, one row of
+``leases`` with the process, its host and start time), renews the claim while it runs and releases it when the
+cell's record is written. A second process finds the claim and skips the cell; a claim whose process is gone (this
+host) or that was not renewed for :data:`LEASE_STALE_S` (another host) is taken over.
 
 A file that is not an SQLite database, or a damaged one, is a :class:`StoreError` naming the file (move it aside
 or use another ``--db``), never a traceback from inside sqlite3.
@@ -49,7 +58,10 @@ from .errors import AttnbenchError
 
 ENV_VAR = "ATTNBENCH_DB"
 DEFAULT_RELATIVE = Path("results") / "attnbench.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: A lease of another host is taken over when its holder has not renewed it for this long (its process cannot be
+#: asked whether it lives); a lease of this host is taken over as soon as its process is gone.
+LEASE_STALE_S = 600.0
 
 STATUSES = ("ok", "oom", "timeout", "incorrect", "failed", "interrupted", "unsupported", "skipped")
 # A point with one of these is done: a re-run skips it unless forced. 'failed' and 'interrupted' are retried.
@@ -102,6 +114,17 @@ CREATE TABLE IF NOT EXISTS measurements (
     started_at  TEXT,
     ended_at    TEXT,
     source      TEXT NOT NULL DEFAULT 'attnbench'
+);
+CREATE TABLE IF NOT EXISTS leases (
+    config_hash  TEXT PRIMARY KEY,
+    suite        TEXT NOT NULL,
+    run_id       TEXT,
+    label        TEXT,
+    pid          INTEGER NOT NULL,
+    pid_start    INTEGER,
+    hostname     TEXT NOT NULL,
+    started_at   TEXT NOT NULL,
+    heartbeat_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS measurements_point ON measurements (suite, config_hash, status);
 CREATE INDEX IF NOT EXISTS measurements_view ON measurements (suite, setting, task);
@@ -404,6 +427,11 @@ class Store:
                                 "status = 'running'", (provenance.now(), note, row["run_id"]))
             if cur.rowcount:
                 notes.append(note)
+        for row in self._conn.execute("SELECT config_hash, pid, pid_start FROM leases WHERE hostname = ?",
+                                      (host,)).fetchall():
+            if not process_alive(row["pid"], row["pid_start"]):
+                with self.transaction() as c:
+                    c.execute("DELETE FROM leases WHERE config_hash = ? AND pid = ?", (row["config_hash"], row["pid"]))
         return notes
 
     def finish_run(self, run_id: str, status: str, note: str | None = None) -> None:
@@ -412,6 +440,57 @@ class Store:
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, ended_at = ?, note = COALESCE(?, note) WHERE run_id = ?",
                       (status, provenance.now(), note, run_id))
+
+    # --- leases: cells in flight -------------------------------------------------------------------------
+    def claim(self, suite: str, config_hash: str, *, run_id: str | None = None, label: str = "",
+              force: bool = False) -> tuple[str, dict[str, Any] | None]:
+        """Claim the cell ``config_hash`` for this process, in one transaction. Returns ``("claimed", None)``;
+        ``("finished", None)`` when the cell got a finished record meanwhile (another process ran it; not with
+        ``force``); or ``("held", lease)`` when a live process holds it (``lease``: its row). A lease whose
+        process no longer exists (this host) or that was not renewed for :data:`LEASE_STALE_S` (another host) is
+        taken over."""
+        import datetime as _dt
+
+        host, pid = socket.gethostname(), os.getpid()
+        now = provenance.now()
+        with self.transaction() as c:
+            if not force:
+                q = (f"SELECT 1 FROM measurements WHERE suite = ? AND config_hash = ? AND status IN "
+                     f"({', '.join('?' * len(FINISHED))}) LIMIT 1")
+                if c.execute(q, [suite, config_hash, *FINISHED]).fetchone():
+                    return "finished", None
+            row = c.execute("SELECT * FROM leases WHERE config_hash = ?", (config_hash,)).fetchone()
+            if row is not None and not (row["hostname"] == host and row["pid"] == pid):
+                lease = dict(row)
+                if row["hostname"] == host:
+                    alive = process_alive(row["pid"], row["pid_start"])
+                else:
+                    try:
+                        age = (_dt.datetime.fromisoformat(now) - _dt.datetime.fromisoformat(row["heartbeat_at"]))
+                        alive = age.total_seconds() < LEASE_STALE_S
+                    except ValueError:
+                        alive = False
+                if alive:
+                    return "held", lease
+            c.execute("INSERT OR REPLACE INTO leases (config_hash, suite, run_id, label, pid, pid_start, hostname, "
+                      "started_at, heartbeat_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (config_hash, suite, run_id, label, pid, _proc_start(pid), host, now, now))
+        return "claimed", None
+
+    def release(self, config_hash: str) -> None:
+        """Drop this process's claim on ``config_hash`` (a claim of another process is left alone)."""
+        with self.transaction() as c:
+            c.execute("DELETE FROM leases WHERE config_hash = ? AND pid = ? AND hostname = ?",
+                      (config_hash, os.getpid(), socket.gethostname()))
+
+    def renew(self, pid: int | None = None) -> None:
+        """Renew every claim of process ``pid`` (default: this one) on this host."""
+        with self.transaction() as c:
+            c.execute("UPDATE leases SET heartbeat_at = ? WHERE pid = ? AND hostname = ?",
+                      (provenance.now(), pid or os.getpid(), socket.gethostname()))
+
+    def leases(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._conn.execute("SELECT * FROM leases ORDER BY started_at")]
 
     def has_run(self, run_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None

@@ -13,6 +13,11 @@ rest, the same way for every suite:
   traceback in the record); Ctrl-C and SIGTERM record the cell in flight as ``interrupted`` and stop the sweep
   (a rerun resumes it: finished cells are skipped and the trainer resumes from its checkpoint);
 - runs of this host whose process died (SIGKILL, power loss) are marked ``interrupted`` when a sweep starts;
+- several processes may share one store: each cell is claimed in the store before it runs (a lease with the
+  process, its host and start time, renewed while the cell runs, released after its record; see
+  :meth:`attnbench.store.Store.claim`), so a second process skips a cell another one is running (and says so)
+  instead of measuring it twice; a record whose timing overlapped another attnbench process on this host (any
+  store) lists those processes in ``metrics["concurrent_attnbench"]``, and the tables mark it;
 - one record per cell, a summary line, and :meth:`SweepSummary.exit_code`: 0 when every cell finished ok (or
   was finished before), 1 when any cell failed / was incorrect or when nothing was run at all, 130 when
   interrupted.
@@ -215,6 +220,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
     """Run ``cells`` (see the module docstring). ``skipped`` are outcomes decided before the loop (e.g. a task
     without data), reported with the rest; ``describe(outcome)`` is the suite's one-line report of a cell."""
     from rich.console import Console
+    from rich.markup import escape
 
     from .store import Store
 
@@ -247,7 +253,24 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
             overall = bars.add_task(f"{suite} cells", total=len(todo), info="")
             ctx = CellContext(progress=bars if main and progress else None, dist=dist, force=force)
             for cell in todo:
+                if main:
+                    claim, holder = store.claim(suite, cell.config_hash, run_id=run.run_id, label=cell.label,
+                                                force=force)
+                else:
+                    claim, holder = "claimed", None
+                claim, holder = bcast((claim, holder))
+                if claim != "claimed":
+                    why = ("finished meanwhile by another process" if claim == "finished" else
+                           f"another process is running it (pid {holder['pid']} on {holder['hostname']}, since "
+                           f"{holder['started_at']}); rerun later to pick up its result")
+                    outcome = Outcome(cell, CellResult("ok" if claim == "finished" else "skipped"), skipped=why)
+                    outcomes.append(outcome)
+                    if main:
+                        bars.console.print(f"  {escape(cell.label)} [yellow]skipped[/]: {escape(why)}")
+                        bars.advance(overall)
+                    continue
                 started = provenance.now()
+                watch = _Watch(db, store.path if main else None)
                 try:
                     result = run_cell(cell, ctx)
                 except KeyboardInterrupt:
@@ -256,12 +279,16 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
                                                              "command to resume")
                 except Exception as exc:  # noqa: BLE001 - every failure of one cell is recorded, the sweep goes on
                     result = _result_of(exc)
+                others = watch.stop()
+                if others and result.metrics is not None:
+                    result.metrics = {**result.metrics, "concurrent_attnbench": others}
                 if main:
                     store.add(run.record(task=cell.task, attention=cell.attention, status=result.status,
                                          options=cell.options, impl=result.impl, dtype=cell.dtype,
                                          params=cell.params, metrics=result.metrics, seed=cell.seed,
                                          error=result.error, started_at=started, ended_at=provenance.now(),
                                          device=device, config_hash=cell.config_hash))
+                    store.release(cell.config_hash)
                 outcome = Outcome(cell, result)
                 if main:
                     bars.console.print(describe(outcome) if describe else default_line(outcome))
@@ -280,6 +307,119 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
     finally:
         if store is not None:
             store.close()
+
+
+# --- other processes ----------------------------------------------------------------------------------------
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _attnbench_argv(pid: int) -> list[str] | None:
+    """The command line of ``pid`` if it is an attnbench command (the console script or ``-m attnbench...``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    head = argv[:3]
+    if any(os.path.basename(a) == "attnbench" for a in head) or any(a.startswith("attnbench.") for a in head):
+        return [a for a in argv if a]
+    return None
+
+
+def other_attnbench_processes() -> list[dict[str, Any]]:
+    """attnbench commands running on this host besides this one and its own family (its torchrun launcher and
+    ranks, its data-loader workers): ``[{"pid", "argv"}]``. Empty where ``/proc`` is not available."""
+    if not os.path.isdir("/proc"):
+        return []
+    me = os.getpid()
+    top, cur = me, me  # the outermost attnbench process above this one (e.g. the launching CLI of torchrun)
+    while True:
+        parent = _ppid(cur)
+        if not parent or parent <= 1:
+            break
+        if _attnbench_argv(parent) is not None or "torchrun" in " ".join(_cmdline(parent)[:3]):
+            top = parent
+        cur = parent
+    children: dict[int, list[int]] = {}
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        pp = _ppid(pid)
+        if pp is not None:
+            children.setdefault(pp, []).append(pid)
+        argv = _attnbench_argv(pid)
+        if argv is not None:
+            found[pid] = argv
+    family, stack = set(), [top]
+    while stack:
+        p = stack.pop()
+        family.add(p)
+        stack += children.get(p, [])
+    return [{"pid": pid, "argv": _short(argv)} for pid, argv in sorted(found.items()) if pid not in family]
+
+
+def _short(argv: list[str]) -> str:
+    """``attnbench run lra ...`` of a command line (the interpreter and script path left out), at most 120 chars."""
+    i = next((i for i, a in enumerate(argv) if os.path.basename(a) == "attnbench" or a.startswith("attnbench.")), -1)
+    return " ".join(["attnbench", *argv[i + 1:]])[:120]
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a for a in f.read().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return []
+
+
+class _Watch:
+    """While a cell runs: renew this process's claims in the store and note the other attnbench processes of this
+    host (a background thread with its own connection; every :data:`WATCH_S` seconds)."""
+
+    def __init__(self, db, path) -> None:
+        import threading
+
+        self.path = path
+        self.others: dict[int, str] = {}
+        self._sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="attnbench-watch")
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for p in other_attnbench_processes():
+            self.others.setdefault(p["pid"], p["argv"])
+
+    def _loop(self) -> None:
+        from .store import Store
+
+        n = 0
+        while not self._stop.wait(WATCH_S):
+            self._sample()
+            n += 1
+            if self.path is not None and n % max(1, int(RENEW_S // WATCH_S)) == 0:
+                try:
+                    with Store(self.path) as st:
+                        st.renew()
+                except Exception:  # noqa: BLE001 - a missed renewal only shortens the lease
+                    pass
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample()
+        return [{"pid": pid, "argv": argv} for pid, argv in sorted(self.others.items())]
+
+
+WATCH_S = 2.0    # how often a running cell looks for other attnbench processes
+RENEW_S = 60.0   # how often it renews its claim (well below store.LEASE_STALE_S)
 
 
 def default_line(o: Outcome) -> str:

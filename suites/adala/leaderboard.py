@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest
+from attnbench.report import latest, timing_mark
 from attnbench.store import Measurement
 
 
@@ -49,7 +49,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                          " / ".join(_pct((st.get(k) or {}).get("test_top1")) for k in "12"),
                          "; ".join(_loss(st.get(k)) for k in "123" if k in st) or "-",
                          f"{m['n_params'] / 1e6:.3f} M · {m['flops_per_image'] / 1e6:.3g} MFLOPs",
-                         f"{m['infer_images_per_s']:.0f}",
+                         f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.1f} MiB" if isinstance(mem, (int, float)) else "-",
                          f"{m['wall_s']:.0f} s" if m.get("wall_s") is not None else "-"])
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]

@@ -22,7 +22,11 @@ def run_command(
     seed: int = clikit.SEED,
     force: bool = clikit.FORCE,
     db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="folder of the figures (default: results/claims)"),
+    out: Optional[str] = typer.Option(None, "--out", help="folder of the figures (default: results/runs/claims, "
+                                      "gitignored)"),
+    update_committed: bool = clikit.flag(False, "--update-committed", help="write the figures over the committed "
+                                         "ones in results/claims (refreshing the reference results; then export "
+                                         "the records as results/claims/README.md says)"),
     shard: Optional[str] = clikit.SHARD,
 ) -> None:
     """Each paper's mechanism-level argument measured on attnbench's implementations: one statistic per (check,
@@ -38,6 +42,9 @@ def run_command(
         from .runner import SETTING, select_checks
 
         select_checks(only, skip)  # unknown names fail here, before any work
+        if out and update_committed:
+            raise AttnbenchError("--out and --update-committed: give one (--update-committed writes the figures to "
+                                 "results/claims)")
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
 
@@ -45,6 +52,7 @@ def run_command(
         from .runner import run_claims
 
         return run_claims(attentions=specs, only=only, skip=skip, seed=seed, force=force, db=db, out=out,
-                          shard=shard_kn, console=console, argv=sys.argv)
+                          shard=shard_kn, console=console, argv=sys.argv,
+                          update_committed=update_committed)
 
     clikit.finish(run, suite="claims", setting=SETTING, db=db)

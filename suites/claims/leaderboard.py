@@ -57,8 +57,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
         cap = (f"{source_label}. Each row: one paper's mechanism-level argument measured on attnbench's "
                f"implementation; the statistic with its 99% interval where it has one ([lo, hi]); the criterion "
                f"fixed in code before measuring (holds when the interval lies on the claimed side, fails when it "
-               f"lies on the other, inconclusive otherwise); figures in results/claims/<check>--<mechanism>--"
-               f"<input>.png. Verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+               f"lies on the other, inconclusive otherwise); figures: <check>--<mechanism>--<input>.png in "
+               f"{'results/claims' if 'committed' in source_label else 'results/runs/claims (or --out)'}. Verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
                + f". Commit {', '.join(commits)}.")
         out.append((f"claims — {setting} · {device}" + (f" ({'; '.join(names)})" if names else ""),
                     ["check", "attention", "input", "statistic", "criterion", "verdict"], rows, cap))

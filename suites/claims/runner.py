@@ -22,7 +22,8 @@ from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, S
 SUITE = "claims"
 SETTING = "claims/cpu"
 VERSION = 1  # of the measurements: bump when a check's code changes what it measures
-DEFAULT_OUT = Path("results") / "claims"
+DEFAULT_OUT = Path("results") / "runs" / "claims"   # a user's figures: gitignored, never the committed ones
+COMMITTED_OUT = Path("results") / "claims"          # the committed figures: written only with --update-committed
 
 
 def select_checks(only: Optional[str], skip: Optional[str]) -> list:
@@ -125,8 +126,10 @@ def _line(o: Outcome) -> str:
 
 def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Optional[str] = None,
                skip: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
-               out: Optional[str] = None, shard=None, console=None, argv=None, progress: bool = True) -> SweepSummary:
-    """Plan and run the claims cells (see the module docstring)."""
+               out: Optional[str] = None, shard=None, console=None, argv=None, progress: bool = True,
+               update_committed: bool = False) -> SweepSummary:
+    """Plan and run the claims cells (see the module docstring). Figures go to ``out``, else
+    ``results/runs/claims`` (gitignored); ``update_committed`` writes them over the committed ``results/claims``."""
     import torch
 
     from attnbench.store import project_root
@@ -140,7 +143,10 @@ def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Op
         raise AttnbenchError(f"--attn {', '.join(s.label for s in attentions or [])}: no selected check measures "
                              f"these mechanisms (checks and their mechanisms: "
                              + "; ".join(f"{c.name}: {', '.join(c.defaults)}" for c in checks) + ")")
-    out_dir = Path(out) if out else project_root() / DEFAULT_OUT
+    if out and update_committed:
+        raise AttnbenchError("--out and --update-committed: give one (--update-committed writes the figures to "
+                             f"{COMMITTED_OUT})")
+    out_dir = Path(out) if out else project_root() / (COMMITTED_OUT if update_committed else DEFAULT_OUT)
     reason = no_teacher_reason(db)
     if console is not None:
         console.print(f"[bold]{SETTING}[/]: {len(cells)} cell(s) of {len(checks)} check(s); real inputs: "

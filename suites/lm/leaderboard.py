@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest
+from attnbench.report import latest, timing_mark
 from attnbench.store import Measurement
 
 from .reported import AVERAGED, COLUMNS
@@ -61,7 +61,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                    f"{m['test_ppl']:.2f}" if m.get("test_ppl") else "-",
                    f"{m['test_bits_per_byte']:.3f}" if m.get("test_bits_per_byte") else "-",
                    f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
-                   f"{m['train_tokens_per_s']:.0f}" if m.get("train_tokens_per_s") else "-",
+                   f"{m['train_tokens_per_s']:.0f}{timing_mark(r)}" if m.get("train_tokens_per_s") else "-",
                    f"{m['wall_s']:.0f} s" if m.get("wall_s") else "-"]
             s = scores.get(label, {})
             row += [_fmt(_score(s, task, metric), metric) for _, task, metric in cols]

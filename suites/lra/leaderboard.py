@@ -13,7 +13,7 @@ import math
 import statistics
 from typing import Iterable
 
-from attnbench.report import latest
+from attnbench.report import latest, timing_mark
 from attnbench.store import Measurement
 
 from .reported import REPORTED, ReportedTable
@@ -160,7 +160,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                 mem = m.get("peak_mem_bytes")
                 mem_s = f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res."
                 row.append(f"{m.get('train_samples_per_s', float('nan')):.1f}/s · {mem_s} · "
-                           f"{m.get('wall_s', float('nan')):.0f} s")
+                           f"{m.get('wall_s', float('nan')):.0f} s{timing_mark(ok[-1])}")
                 total += sum(r.metrics.get("wall_s", 0.0) for r in ok)
             row.append(f"{total:.0f} s")
             eff_rows.append(row)

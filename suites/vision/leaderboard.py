@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest
+from attnbench.report import latest, timing_mark
 from attnbench.store import Measurement
 
 
@@ -40,7 +40,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
             rows.append([r.attention, r.impl or "-", f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}" + (f" {marks}" if marks else ""),
                          f"{100 * m['test_top5']:.2f}" if m.get("num_classes", 0) >= 100 else "-",
                          f"{m['n_params'] / 1e6:.2f} M", f"{m['flops_per_image'] / 1e9:.3g} G",
-                         f"{m['train_images_per_s']:.0f}", f"{m['infer_images_per_s']:.0f}",
+                         f"{m['train_images_per_s']:.0f}{timing_mark(r)}", f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res.",
                          f"{m['wall_s']:.0f} s"])
         first = ok[-1] if ok else recs[-1]
@@ -69,6 +69,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 def resolution_table(records: list[Measurement], setting: str, device: str):
     """Inference images/s and peak memory of each trained model as the resolution grows (its ``sweep``)."""
     sweeps = {r.attention: r.metrics.get("resolution_sweep") or [] for r in records}
+    marks = {r.attention: timing_mark(r) for r in records}
     resolutions = sorted({row["resolution"] for rows in sweeps.values() for row in rows})
     if not resolutions:
         return None
@@ -84,7 +85,8 @@ def resolution_table(records: list[Measurement], setting: str, device: str):
             elif p["status"] != "ok":
                 cells.append(p["status"])
             else:
-                cells.append(f"{p['infer_images_per_s']:.0f}/s · {p['peak_mem_bytes'] / 2**20:.0f} MiB")
+                cells.append(f"{p['infer_images_per_s']:.0f}/s · {p['peak_mem_bytes'] / 2**20:.0f} MiB"
+                             f"{marks[att]}")
         rows.append([att, *cells])
     cap = ("The trained weights evaluated at each resolution (position embedding resampled): inference images/s "
            "and peak memory of one forward pass (CUDA: the allocator's peak; CPU: tensor bytes alive at once, "
