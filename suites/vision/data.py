@@ -36,7 +36,9 @@ Transforms (from timm):
   down to 8% of a 32 px image destroys it: (resize to S if S != 32), random crop S with ``S // 8`` reflect
   padding, horizontal flip, the same timm RandAugment (``rand-m9-mstd0.5-inc1``), normalise, the same random
   erasing. Eval: timm's ``create_transform(S, crop_pct=1.0)`` (the whole image; identity resize at 32 px).
-  The default for CIFAR at ``S <= 64``; above that CIFAR uses ``"deit"`` with ``crop_pct=1.0`` for eval.
+  The default for CIFAR at ``S <= 64``; above that CIFAR uses ``"deit"`` with ``crop_pct=1.0`` for eval. On an
+  ImageFolder (when asked: the CPU folder recipe) every image is first resized to S on its shorter side.
+  Posterize is guarded (:func:`keep_bits`): 0 bits kept is a black image, not Pillow 13's ValueError.
 - ``"basic"``: random crop with padding (CIFAR) or random resized crop (ImageNet) and a flip, no RandAugment,
   no erasing. ``"none"``: the eval transform on train too.
 Normalisation: ImageNet's mean / std for ImageNet, each CIFAR's own channel statistics for CIFAR.
@@ -164,6 +166,39 @@ def _check_augment(augment: str, allowed: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------------------------ transforms
 
 
+def keep_bits(img, bits_to_keep: int, **kwargs):
+    """Posterize that keeps ``bits_to_keep`` most significant bits of each channel, also for 0 bits (a black
+    image). timm 1.0.31's ``PosterizeIncreasing`` (the ``inc1`` op set of DeiT's ``rand-m9-mstd0.5-inc1``) maps the
+    top magnitude to 0 bits kept, which the magnitude noise (``mstd0.5`` around 9, clipped at 10) reaches;
+    Pillow 13 refuses 0 bits (``ValueError: bits must be between or equal to 1 and 8``), while the Pillow releases
+    DeiT was trained with computed the mask ``~(2**8 - 1) = 0`` for it: a black image. Returning that keeps the
+    recipe as published instead of crashing (or changing the op to 1 bit)."""
+    from PIL import Image
+    from timm.data.auto_augment import posterize
+
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)  # every channel 0: all bits dropped
+    return posterize(img, bits_to_keep, **kwargs)
+
+
+def rand_augments(transform) -> list:
+    """The timm ``RandAugment`` instances in ``transform`` (one, or inside torchvision ``Compose``\ s)."""
+    from timm.data.auto_augment import RandAugment
+
+    if isinstance(transform, RandAugment):
+        return [transform]
+    return [ra for t in getattr(transform, "transforms", ()) for ra in rand_augments(t)]
+
+
+def guard_posterize(transform):
+    """``transform`` with every RandAugment's posterize ops calling :func:`keep_bits` (see there); returned."""
+    for ra in rand_augments(transform):
+        for op in ra.ops:
+            if op.name.startswith("Posterize"):
+                op.aug_fn = keep_bits
+    return transform
+
+
 def deit_transforms(image_size: int, *, mean=IMAGENET_MEAN, std=IMAGENET_STD, augment: str = "deit",
                     eval_crop_pct: float = DEIT_EVAL_CROP_PCT) -> tuple[Callable, Callable]:
     """(train, eval) transforms of DeiT from timm, for PIL images -> ``[3, S, S]`` (see the module docstring).
@@ -181,14 +216,18 @@ def deit_transforms(image_size: int, *, mean=IMAGENET_MEAN, std=IMAGENET_STD, au
         train = create_transform(image_size, is_training=True, interpolation="bicubic", color_jitter=None,
                                  mean=mean, std=std)
     else:
-        train = create_transform(image_size, is_training=True, auto_augment=DEIT_AUTO_AUGMENT,
-                                 re_prob=DEIT_RE_PROB, re_mode="pixel", re_count=1, interpolation="bicubic",
-                                 mean=mean, std=std)
+        train = guard_posterize(create_transform(image_size, is_training=True, auto_augment=DEIT_AUTO_AUGMENT,
+                                                 re_prob=DEIT_RE_PROB, re_mode="pixel", re_count=1,
+                                                 interpolation="bicubic", mean=mean, std=std))
     return train, evaluate
 
 
-def cifar_transforms(image_size: int, *, mean, std, augment: str = "cifar") -> tuple[Callable, Callable]:
-    """(train, eval) transforms for CIFAR near its native 32 px (see the module docstring)."""
+def cifar_transforms(image_size: int, *, mean, std, augment: str = "cifar",
+                     resize: Optional[bool] = None) -> tuple[Callable, Callable]:
+    """(train, eval) transforms for small images near CIFAR's native 32 px (see the module docstring).
+
+    ``resize``: resize the shorter side to ``image_size`` first (default: only when ``image_size != 32``, CIFAR's
+    own size; an ImageFolder of images of any size passes True)."""
     from timm.data import create_transform, rand_augment_transform
     from timm.data.random_erasing import RandomErasing
     from torchvision import transforms as T
@@ -199,18 +238,40 @@ def cifar_transforms(image_size: int, *, mean, std, augment: str = "cifar") -> t
     if augment == "none":
         return evaluate, evaluate
     ops: list[Callable] = []
-    if image_size != 32:
+    if image_size != 32 if resize is None else resize:
         ops.append(T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC))
     ops += [T.RandomCrop(image_size, padding=max(1, image_size // 8), padding_mode="reflect"),
             T.RandomHorizontalFlip()]
     if augment == "cifar":  # timm's RandAugment with the hyper-parameters create_transform gives it
         hparams = dict(translate_const=int(image_size * 0.45),
                        img_mean=tuple(min(255, round(255 * x)) for x in mean))
-        ops.append(rand_augment_transform(DEIT_AUTO_AUGMENT, hparams))
+        ops.append(guard_posterize(rand_augment_transform(DEIT_AUTO_AUGMENT, hparams)))
     ops += [T.ToTensor(), T.Normalize(mean, std)]
     if augment == "cifar":
         ops.append(RandomErasing(DEIT_RE_PROB, mode="pixel", max_count=1, device="cpu"))
     return T.Compose(ops), evaluate
+
+
+def recipe_transforms(kind: str, image_size: int, augment: str = "auto") -> tuple[str, Callable, Callable]:
+    """``(recipe, train, eval)``: the transforms the ``cifar10`` / ``cifar100`` / ``imagenet`` (any ImageFolder)
+    readers apply at ``image_size``. ``augment="auto"``: ``"deit"`` for an ImageFolder; for CIFAR ``"cifar"`` (the
+    small-image recipe) at ``image_size <= 64``, else ``"deit"`` evaluating the whole image (crop 1.0)."""
+    image_size = _check_size(image_size)
+    _check_augment(augment, AUGMENTS)
+    if kind not in ("cifar10", "cifar100", "imagenet"):
+        raise ValueError(f"{kind!r} has no image-file transforms (cifar10, cifar100, imagenet do)")
+    if augment == "auto":
+        augment = "deit" if kind == "imagenet" or image_size > 64 else "cifar"
+    recipe = augment
+    if kind == "imagenet":
+        mean, std, crop, resize = IMAGENET_MEAN, IMAGENET_STD, DEIT_EVAL_CROP_PCT, True
+    else:
+        (mean, std), crop, resize = CIFAR_STATS[int(kind[5:])], 1.0, None
+    if recipe == "cifar" or (recipe == "basic" and kind != "imagenet"):
+        tr, ev = cifar_transforms(image_size, mean=mean, std=std, augment=recipe, resize=resize)
+    else:
+        tr, ev = deit_transforms(image_size, mean=mean, std=std, augment=recipe, eval_crop_pct=crop)
+    return recipe, tr, ev
 
 
 # -------------------------------------------------------------------------------------------------- digits
@@ -440,12 +501,7 @@ def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: i
     perm = np.random.default_rng(seed).permutation(len(train_y))
     val_idx, train_idx = np.sort(perm[:val_size]), np.sort(perm[val_size:])
 
-    mean, std = CIFAR_STATS[which]
-    recipe = ("cifar" if image_size <= 64 else "deit") if augment == "auto" else augment
-    if recipe == "deit":
-        tr, ev = deit_transforms(image_size, mean=mean, std=std, augment="deit", eval_crop_pct=1.0)
-    else:
-        tr, ev = cifar_transforms(image_size, mean=mean, std=std, augment=recipe)
+    recipe, tr, ev = recipe_transforms(f"cifar{which}", image_size, augment)
     custom = []
     if train_transform is not None:
         tr = train_transform
@@ -647,10 +703,11 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
     ``classes``: ``None`` (every class folder of ``train/``), an int N or digit string (the first N, sorted),
     a class-list file path, ``"imagenet100"`` (the shipped CMC list) or a list of wnids. ``test`` = ``val/``;
     ``val`` = ``val_per_class`` images per class carved from ``train/`` (seeded); ``train`` = the rest.
-    ``augment``: ``"auto"`` = ``"deit"``, or ``"basic"`` / ``"none"``.
+    ``augment``: ``"auto"`` = ``"deit"``, or ``"cifar"`` (the small-image recipe, for images near 32 px),
+    ``"basic"``, ``"none"``.
     """
     image_size = _check_size(image_size)
-    _check_augment(augment, ("auto", "deit", "basic", "none"))
+    _check_augment(augment, AUGMENTS)
     root = Path(root)
     if not root.is_dir():
         raise VisionDataMissingError(f"ImageNet root {root} does not exist; expected {IMAGENET_LAYOUT}")
@@ -680,8 +737,7 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
     val_idx = np.sort(np.concatenate(val_parts)) if val_parts else np.zeros(0, np.int64)
     train_idx = np.setdiff1d(np.arange(len(targets)), val_idx)
 
-    recipe = "deit" if augment == "auto" else augment
-    tr, ev = deit_transforms(image_size, augment=recipe)
+    recipe, tr, ev = recipe_transforms("imagenet", image_size, augment)
     custom = []
     if train_transform is not None:
         tr = train_transform
