@@ -1,7 +1,7 @@
 """attnbench.kernels: CPU speed of the fused NaLa map, and a GPU compile check that needs no GPU.
 
     python benchmarks/bench_kernels.py [--n 16384] [--repeats 9] [--threads 2]       # NaLa fused vs reference
-    python benchmarks/bench_kernels.py --compile-check [--arch 80] [--quick]        # every Triton kernel config
+    python benchmarks/bench_kernels.py --compile-check [--arch 80,90] [--quick]     # every Triton kernel config
 
 NaLa (fp32, B = 1, H = 4, d = 64): ``nala_feature_map_fused`` (PyTorch on cache-sized row blocks, in place, hand-
 written backward) against ``nala_feature_map_reference`` (the plain map of Eqs. 6, 7, 11-13), forward and
@@ -11,20 +11,18 @@ both alike) and the median of the rounds is reported with the ratio reference / 
 whole map (query + key). Target: >= 1.5x forward. (The unfused key map is cheap -- one power with a scalar
 exponent -- and its time varies 2x with the allocator's state, so the key side's ratio spreads widest.)
 
-Compile check: compiles each Triton kernel at the tile sizes the entry points choose, for a CUDA target
-(default sm_80), through ptxas (shipped with triton), without a GPU, and reports shared memory, registers and
-spilled bytes (ptxas -v) per config ("warn" on any spill); exits 1 if a config needs more shared memory than the
-target has or spills more than 4 KiB.
+Compile check (``attnbench.kernels.aot``, also ``attnbench check --aot``): every configuration the kernels'
+entry points can launch, in float32, float16 and bfloat16, and flash-linear-attention's chunk kernels at the LM
+presets' head sizes, compiled for a CUDA target (default sm_90; ``--arch 80,90``) through ptxas without a GPU;
+a table of shared memory, registers and spilled bytes; exits 1 if any configuration fails to compile or does not
+fit (shared memory, register file).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 TARGET = 1.5
 
@@ -87,92 +85,16 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
 # ----------------------------------------------------------------------------------------------- compile check
 
 
-def _configs(quick: bool):
-    """(label, jit function, constexprs, pointer dtype, int args, float args, launch options) of every kernel
-    at the tile sizes the entry points pick."""
-    import torch
+def compile_check(archs: list[int], quick: bool, only: str = "", fla: bool = True, verbose: bool = False) -> int:
+    """``attnbench.kernels.aot`` for each arch: the table, and 1 if any configuration fails."""
+    os.environ.pop("TRITON_INTERPRET", None)  # the real compiler, before triton is imported
+    from attnbench.kernels import aot
 
-    import attnbench.kernels.laplace as lp
-    import attnbench.kernels.linear_attn as la
-    import attnbench.kernels.nala as nl
-    from attnbench.kernels._util import LOWP_DTYPES, dot_precision, pow2
-
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    shapes = [(64, 64, 64), (256, 128, 64)] if quick else [(32, 32, 64), (64, 64, 64), (128, 64, 64),
-                                                          (128, 128, 64), (256, 64, 64), (256, 128, 64)]
-    ints = ("N", "M", "D", "offset")
-    for dname, dt in dtypes.items():
-        prec = dot_precision(dt)
-        for M, D, chunk in shapes:
-            fv, qk = la._tiles(M, D, chunk, dt)
-            opts = dict(num_warps=fv["num_warps"], num_stages=fv["num_stages"])
-            common = dict(PREC=prec, NORMALIZE=True, LOWP=dt in LOWP_DTYPES)
-            tag = f"{dname} M={M} D={D}"
-            tv, tq = f"BT={fv['BT']} BV={fv['BV']}", f"BT={qk['BT']} BK={qk['BK']}"
-            yield (f"linear fwd {tag} {tv}", la._fwd_kernel, dict(BT=fv["BT"], BM=fv["BM"], BV=fv["BV"], HAS_S0=True,
-                   HAS_Z0=True, **common), dname, ints, ("eps",), opts)
-            yield (f"linear dq  {tag} {tq}", la._bwd_dq_kernel, dict(BT=qk["BT"], BK=qk["BK"], BD=qk["BD"],
-                   HAS_S0=True, HAS_Z0=True, **common), dname, ints, (), opts)
-            yield (f"linear dk  {tag} {tq}", la._bwd_dk_kernel, dict(BT=qk["BT"], BK=qk["BK"], BD=qk["BD"],
-                   HAS_DST=True, HAS_DZT=True, **common), dname, ints, (), opts)
-            yield (f"linear dv  {tag} {tv}", la._bwd_dv_kernel, dict(BT=fv["BT"], BM=fv["BM"], BV=fv["BV"],
-                   HAS_DST=True, **common), dname, ints, (), opts)
-        for D in (64,) if quick else (32, 64, 128):
-            BR, warps = nl._rows_per_program(D)
-            for q in (True, False):
-                for label, fn in (("fwd", nl._nala_fwd_kernel), ("bwd", nl._nala_bwd_kernel)):
-                    yield (f"nala {label} {dname} D={D} query={q}", fn, dict(BR=BR, BD=pow2(D, 1), IS_QUERY=q),
-                           dname, ("R", "D"), ("lam", "tau", "eps"), dict(num_warps=warps))
-        for label, fn in (("fwd", lp._l1_fwd_kernel), ("bwd x", lp._l1_bwd_x_kernel), ("bwd y", lp._l1_bwd_y_kernel)):
-            yield (f"l1 {label} {dname}", fn, dict(BN=lp._L1_BN, BM=lp._L1_BM, BC=lp._L1_BC), dname,
-                   ("N", "Mm", "d"), (), {})
-        for m in (32, 128):
-            cfg = lp._ns_tiles(m)
-            yield (f"ns step {dname} m={m}", lp._ns_step_kernel, dict(BR=cfg["BR"], BM=cfg["BM"], BK=cfg["BK"],
-                   PREC=prec), dname, ("m",), (), dict(num_warps=cfg["num_warps"]))
-
-
-SPILL_BAD = 4096  # bytes of register spill (stores + loads) that fail the check; any spill at all is a "warn"
-FP32_BUFFERS = ("r", "dden", "s0", "z0", "sT", "zT", "dsT", "dzT", "ds0", "dz0")  # states and per-token scalars
-
-
-def compile_check(arch: int, quick: bool, only: str = "") -> int:
-    os.environ.pop("TRITON_INTERPRET", None)  # compile for real, before triton is imported
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    smem_limit = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}.get(arch, 99 * 1024)
-    target = GPUTarget("cuda", arch, 32)
-    bad = 0
-    print(f"compile check for sm_{arch} (shared memory limit {smem_limit // 1024} KiB)")
-    for label, fn, consts, dname, ints, floats, opts in _configs(quick):
-        if only and not all(word in label for word in only.split()):
-            continue
-        sig = {}
-        for name in fn.arg_names:
-            sig[name] = ("constexpr" if name in consts else "i32" if name in ints else "fp32" if name in floats
-                         else "*fp32" if name in FP32_BUFFERS else f"*{dname}")
-        try:
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target, options=opts)
-        except Exception as e:  # noqa: BLE001 - report every failing config, then fail
-            print(f"  FAIL {label}: {type(e).__name__}: {str(e)[:300]}")
-            bad += 1
-            continue
-        with tempfile.NamedTemporaryFile(suffix=".ptx", mode="w") as f:
-            f.write(k.asm["ptx"])
-            f.flush()
-            info = subprocess.run([ptxas, f"-arch=sm_{arch}", "-v", f.name, "-o", os.devnull], capture_output=True,
-                                  text=True).stderr
-        regs = int(re.search(r"Used (\d+) registers", info).group(1))
-        spill = sum(int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", info))
-        smem = k.metadata.shared
-        verdict = "BAD " if smem > smem_limit or spill > SPILL_BAD else "warn" if spill else "ok  "
-        bad += verdict == "BAD "
-        print(f"  {verdict} {label:52s} warps={opts.get('num_warps', 4)} shared={smem // 1024:4d} KiB "
-              f"regs={regs:3d} spill={spill} B")
-    return 1 if bad else 0
+    failed = 0
+    for arch in archs:
+        results = aot.check(arch, quick=quick, fla=fla, only=only, progress=aot.log_progress)
+        failed += aot.print_table(results, arch, verbose=verbose)
+    return 1 if failed else 0
 
 
 def main(argv=None) -> int:
@@ -181,9 +103,13 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's default)")
     p.add_argument("--compile-check", action="store_true", help="compile every kernel for a GPU target instead")
-    p.add_argument("--arch", type=int, default=80, help="compute capability of the compile check (80 = A100)")
-    p.add_argument("--quick", action="store_true", help="compile check: fewer configs")
-    p.add_argument("--only", default="", help="compile check: configs whose label has all these words")
+    p.add_argument("--arch", default="90", help="compile check: compute capabilities, comma-separated "
+                   "(90 = H100, the README's GPU; 80 = A100; any sm number)")
+    p.add_argument("--quick", action="store_true", help="compile check: one config per kernel and dtype")
+    p.add_argument("--only", default="", help="compile check: configs whose 'group kernel dtype shape' has all "
+                   "these words")
+    p.add_argument("--no-fla", action="store_true", help="compile check: skip flash-linear-attention's kernels")
+    p.add_argument("--verbose", action="store_true", help="compile check: one row per config")
     a = p.parse_args(argv)
     if not a.compile_check:   # the compile check measures no speed (and needs no torch threads)
         import torch
@@ -194,7 +120,11 @@ def main(argv=None) -> int:
             torch.set_num_threads(a.threads)
         print(machine_line(machine()))
     if a.compile_check:
-        return compile_check(a.arch, a.quick, a.only)
+        try:
+            archs = [int(x) for x in a.arch.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--arch takes compute capabilities like 80 or 80,90; got {a.arch!r}")
+        return compile_check(archs, a.quick, a.only, fla=not a.no_fla, verbose=a.verbose)
     return bench_nala(a.n, a.repeats, a.threads)
 
 

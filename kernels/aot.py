@@ -17,7 +17,8 @@ A kernel is compiled exactly as Triton would compile it at launch on the target 
 
 A configuration fails if it does not compile, needs more shared memory than the target allows a block, or more
 registers than the register file holds for its threads. For an autotuned kernel (FLA's) a config that does not
-fit is skipped by the autotuner on the GPU too: the kernel fails only if none of its configs fits. Spilling is
+fit is skipped by the autotuner on the GPU too: the launch fails only if none of its configs fits (its configs
+are compiled in order until one fits; ``all_configs=True`` compiles them all). Spilling is
 reported, not failed. What this proves: the kernels compile for that GPU and fit; it says nothing about numbers
 (the interpreter tests prove those) or speed.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import io
 import os
 import re
@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-__all__ = ["Result", "check", "parse_ptxas", "print_table", "smem_limit", "summary", "ARCH_NAMES"]
+__all__ = ["Result", "check", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary", "ARCH_NAMES"]
 
 # Largest dynamic shared memory one block may use (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes: CUDA
 # programming guide, "Compute capabilities" table. The same values as FLA's ``Backend`` (A100, H100, Ada).
@@ -146,7 +146,7 @@ def _intercept() -> Iterator[list]:
         KernelInterface.__getitem__ = original
 
 
-def _expand(obj, args: tuple, kwargs: dict, quick: bool, tag: str) -> list[tuple]:
+def _expand(obj, args: tuple, kwargs: dict, tag: str) -> list[tuple]:
     """(JITFunction, args, kwargs, autotune id) of every compile a launch of ``obj`` can make."""
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction
@@ -155,17 +155,15 @@ def _expand(obj, args: tuple, kwargs: dict, quick: bool, tag: str) -> list[tuple
         kwargs = dict(kwargs)
         for name, rule in obj.values.items():   # as Heuristics.run: each rule sees the earlier ones' values
             kwargs[name] = rule({**dict(zip(obj.arg_names, args)), **kwargs})
-        return _expand(obj.fn, args, kwargs, quick, tag)
+        return _expand(obj.fn, args, kwargs, tag)
     if isinstance(obj, Autotuner):
         obj.nargs = dict(zip(obj.arg_names, args))
         configs = obj.prune_configs(kwargs)
-        if quick:
-            configs = configs[:1]
         tid = f"{tag}:{id(obj)}"
         out = []
         for cfg in configs:
             out += [(fn, a, kw, tid) for fn, a, kw, _ in
-                    _expand(obj.fn, args, {**kwargs, **cfg.all_kwargs()}, quick, tag)]
+                    _expand(obj.fn, args, {**kwargs, **cfg.all_kwargs()}, tag)]
         return out
     if isinstance(obj, JITFunction):
         return [(obj, args, kwargs, "")]
@@ -240,7 +238,7 @@ def _laplace_calls(quick: bool) -> Iterator[tuple[str, str, Callable]]:
             yield dname, f"m={m}", ns
 
 
-def _own_launches(quick: bool, quiet: bool = True) -> list[_Launch]:
+def _own_launches(quick: bool) -> list[_Launch]:
     launches = []
     for group, calls in (("linear_attn", _linear_calls), ("nala", _nala_calls), ("laplace", _laplace_calls)):
         for dname, where, call in calls(quick):
@@ -355,9 +353,6 @@ class Result:
         return self.spill_stores + self.spill_loads
 
 
-_TL_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
-
-
 def _prepare(fn, args: tuple, kwargs: dict, backend):
     """Triton's own launch-time binding (JITFunction.run): signature, constexprs, attrs, options."""
     from triton import knobs
@@ -399,11 +394,17 @@ def _compile(fn, signature, constexprs, attrs, options, target) -> tuple[object,
     return kernel, out.getvalue()
 
 
-def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
+def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "", all_configs: bool = False,
+          select: Callable[[Result], bool] | None = None, one_per_kernel: bool = False,
           progress: Callable[[int, int, Result], None] | None = None) -> list[Result]:
-    """Compile every configuration (``quick``: one per kernel and dtype, FLA's first autotune config at one LM
-    shape) for ``sm_<arch>``; ``only``: keep configurations whose "group kernel dtype where" has all these words.
-    Returns one :class:`Result` per distinct compile (plus a FAIL row per FLA shape FLA itself refuses)."""
+    """Compile every configuration for ``sm_<arch>`` and return one :class:`Result` per distinct compile (plus a
+    FAIL row per FLA shape FLA's own Python refuses).
+
+    ``quick``: the presets' main shape per kernel and dtype, FLA at one LM shape in bfloat16. Autotuned launches
+    (FLA's) compile their configs in the autotuner's order until one fits, which proves the autotuner has a config
+    to run on that GPU; ``all_configs`` compiles every config (about a thousand per arch: slow).
+    ``only``: keep configurations whose "group kernel dtype where" has all these words; ``select``: keep those it
+    accepts (it sees a Result before compiling); ``one_per_kernel``: keep the first of each (kernel, dtype)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("the compile check needs the real Triton compiler: unset TRITON_INTERPRET before "
                            "triton is imported (run it in its own process)")
@@ -421,7 +422,7 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
 
     jobs, seen = [], set()
     for ln in launches:
-        for fn, a, kw, tuned in _expand(ln.fn, ln.args, ln.kwargs, quick, ln.where):
+        for fn, a, kw, tuned in _expand(ln.fn, ln.args, ln.kwargs, ln.where):
             options, signature, constexprs, attrs = _prepare(fn, a, kw, backend)
             key = (fn.__name__, fn.module, repr(signature), repr(sorted((str(k), _show(v)) for k, v in constexprs.items())),
                    repr(attrs), repr(sorted(options.__dict__.items())))
@@ -433,14 +434,21 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
             res = Result(ln.group, fn.__name__, ln.where, _pointer_dtype(signature), consts, options.num_warps,
                          options.num_stages, smem_limit=limit, tuned=tuned)
             text = f"{res.group} {res.kernel} {res.dtype} {res.where}"
-            if only and not all(w in text for w in only.split()):
+            if only and not all(w in text for w in only.split()) or select and not select(res):
                 continue
+            if one_per_kernel:
+                if (res.group, res.kernel, res.dtype) in seen:
+                    continue
+                seen.add((res.group, res.kernel, res.dtype))
             jobs.append((res, fn, signature, constexprs, attrs, options))
 
     results = [Result("fla", "(python)", line.split(": FLA refuses")[0], "-", "", 0, 0, status="FAIL",
                       error=line.split(": ", 1)[1], smem_limit=limit) for line in refused
                if not only or all(w in line for w in only.split())]
+    fitted: set[str] = set()   # autotuned launches with a config that fits already
     for i, (res, fn, signature, constexprs, attrs, options) in enumerate(jobs):
+        if res.tuned and res.tuned in fitted and not all_configs:
+            continue
         t0 = time.perf_counter()
         try:
             kernel, log = _compile(fn, signature, constexprs, attrs, options, target)
@@ -458,6 +466,8 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
         except Exception as e:  # noqa: BLE001 - every failing config is reported, then the check fails
             res.status, res.error = "FAIL", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         res.seconds = time.perf_counter() - t0
+        if res.tuned and res.status != "FAIL":
+            fitted.add(res.tuned)
         results.append(res)
         if progress:
             progress(i + 1, len(jobs), res)
@@ -470,6 +480,12 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
 
 
 # ----------------------------------------------------------------------------------------------- report
+
+
+def log_progress(i: int, n: int, r: Result, file=None) -> None:
+    """A ``progress`` callback for :func:`check`: one line per compiled configuration, on stderr."""
+    print(f"[{i}/{n}] {r.status:5s} {r.group}.{r.kernel} {r.dtype} {r.where} ({r.seconds:.1f} s)",
+          file=file or sys.stderr, flush=True)
 
 
 def summary(results: Iterable[Result]) -> dict:
