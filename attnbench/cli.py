@@ -71,9 +71,17 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
               interpret: bool = clikit.flag(False, "--interpret", help="run the Triton kernels on the CPU "
                                              "under Triton's interpreter (slow; no GPU needed)"),
               fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a "
-                                      "terminal, md when piped)")) -> None:
+                                      "terminal, md when piped)"),
+              aot: bool = clikit.flag(False, "--aot", help="instead: compile every Triton kernel configuration "
+                                      "(and FLA's chunk kernels) for a GPU, without one: compiles, fits, spills"),
+              arch: str = typer.Option("90", "--arch", help="--aot: compute capabilities, comma-separated "
+                                       "(90 = H100, 80 = A100)"),
+              quick: bool = clikit.flag(False, "--quick", help="--aot: one shape per kernel and dtype")) -> None:
     """Every impl of every mechanism (and of the delta-rule op) against its reference at odd shapes, forward and
-    backward."""
+    backward; with --aot, the ahead-of-time GPU compile check instead."""
+    if aot:
+        _check_aot(arch, quick, interpret)
+        return
     from . import report
 
     try:
@@ -98,6 +106,32 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
     else:
         console.print(f"[bold red]{line}[/]" if bad else f"[green]{line}[/]")
     if bad:
+        raise typer.Exit(code=1)
+
+
+def _check_aot(arch: str, quick: bool, interpret: bool) -> None:
+    """``check --aot``: attnbench.kernels.aot for each arch; exit 1 on any failing configuration."""
+    import os
+    import sys
+
+    if interpret:
+        fail("--aot compiles for a real GPU; it cannot run under --interpret (drop one of them)")
+    try:
+        archs = [int(a) for a in arch.split(",") if a.strip()]
+    except ValueError:
+        fail(f"--arch takes compute capabilities such as 80 or 80,90; got {arch!r}")
+    if not archs:
+        fail("--arch is empty; give compute capabilities such as 80 or 80,90")
+    os.environ.pop("TRITON_INTERPRET", None)  # the real compiler (triton is not imported yet)
+    from .kernels import HAS_TRITON
+
+    if not HAS_TRITON:
+        fail("--aot needs triton (pip install 'attnbench[gpu]')")
+    from .kernels import aot as kaot
+
+    failed = sum(kaot.print_table(kaot.check(a, quick=quick, progress=kaot.log_progress), a, file=sys.stdout)
+                 for a in archs)
+    if failed:
         raise typer.Exit(code=1)
 
 
