@@ -5,6 +5,7 @@ invocation, including ``--help``.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable, NoReturn, Optional
 
@@ -15,6 +16,8 @@ from .errors import AttnbenchError
 
 # soft_wrap: never fold a name across lines (a piped `attnbench list | grep` must find it)
 console = Console(soft_wrap=not sys.stdout.isatty())
+if not sys.stderr.isatty():  # progress bars of libraries (lm-eval, datasets) would fill a log file: off
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
 DB_HELP = "results store (default: $ATTNBENCH_DB, else results/attnbench.db at the project root)"
 ATTN_HELP = ("comma-separated attention specs: a registered name, optionally with options as name:key=value"
@@ -89,9 +92,11 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
     hand the command line to a launcher or torchrun when asked, else ``run()`` here (a sweep summary); then print
     the suite's table of ``setting`` and exit with the run's code. A torchrun worker exits without the table
     (the launching process prints it). Bad input or data: one line, no traceback."""
+    from .store import check_writable
     from .train.dist import under_torchrun
 
     try:
+        check_writable(db)  # before any data is generated or any cell trains
         rc = dispatch(db=db, **launch) if launch else None
         if rc is None:
             summary = run()

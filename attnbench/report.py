@@ -56,6 +56,12 @@ def reference_files(suite: str) -> list[Path]:
     return files
 
 
+def committed_records(suite: str, setting: str | None = None) -> list[Measurement]:
+    """The committed reference records of ``suite`` (``results/<suite>/*.jsonl``), optionally of one setting."""
+    return [r for f in reference_files(suite) for r in read_jsonl(f)
+            if r.suite == suite and (setting is None or r.setting == setting)]
+
+
 def describe_records(records: list[Measurement]) -> str:
     devices = sorted({r.device_name or r.device for r in records if r})
     dates = sorted({(r.ended_at or r.started_at or "")[:10] for r in records} - {""})
@@ -447,6 +453,17 @@ CONTENDED = "‡"
 def timing_mark(r: Measurement) -> str:
     """`` ‡`` when ``r``'s timing overlapped another attnbench process on its host, else ``""``."""
     return f" {CONTENDED}" if r.metrics.get("concurrent_attnbench") else ""
+
+
+def unfinished_caption(source_label: str, records: Iterable[Measurement]) -> str:
+    """The caption of a table none of whose cells finished ok (an interrupted or failed run): what happened and
+    what to do, instead of a caption of unknowns."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    what = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return (f"{source_label}. No cell of this table has finished ok yet ({what}): rerun the same command to resume "
+            f"(finished cells are kept; the trainer resumes from its last checkpoint).")
 
 
 def source_tables(view: View, src: Source) -> list[TableData]:

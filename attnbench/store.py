@@ -207,6 +207,28 @@ def resolve_db(path: str | os.PathLike | None = None) -> Path:
     return Path(path).expanduser() if path else default_db_path()
 
 
+def check_writable(path: str | os.PathLike | None = None) -> Path:
+    """The store path (:func:`resolve_db`) if a store can be written there, else a one-line :class:`StoreError`
+    naming the path: run before any work (data generation, training), so a bad ``--db`` fails at once."""
+    p = resolve_db(path)
+    if p.exists():
+        if p.is_dir():
+            raise StoreError(f"--db {p}: is a directory; give a file path, e.g. {p / 'attnbench.db'}")
+        if not os.access(p, os.R_OK | os.W_OK):
+            raise StoreError(f"--db {p}: the results store is not writable (permissions); use another --db")
+        return p
+    try:  # a real probe: permission bits say nothing for root or on special file systems
+        import tempfile
+
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".attnbench-probe-"):
+            pass
+    except OSError as e:
+        raise StoreError(f"--db {p}: cannot create the results store there ({e.strerror or e}); use another "
+                         f"--db") from None
+    return p
+
+
 def point_hash(*, suite: str, setting: str, task: str, attention: str, options: dict, params: dict,
                dtype: str | None, device: str) -> str:
     """The identity of a measured point (what resume compares)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark
+from attnbench.report import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -67,6 +67,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"images/s and the peak memory of one forward at batch {fm.get('mem_batch', '?')} (CPU: tensor bytes "
                f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.")
         title = f"adala — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        if not ok:
+            cap = unfinished_caption(source_label, recs)
         out.append((title, ["attention", "stages", "top-1", "after 1 / 2", "stage losses",
                             "params · FLOPs/img", "infer img/s", "peak mem", "train wall"], rows, cap))
     return out

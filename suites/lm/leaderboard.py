@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark
+from attnbench.report import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 from .reported import AVERAGED, COLUMNS
@@ -86,6 +86,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                   "(attnbench eval lm CHECKPOINT). ")
                + f"Throughput from whatever machine ran the cells. Commit {', '.join(commits)}.")
         title = f"lm — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        if first is None:
+            cap = unfinished_caption(source_label, [r for rs in by_task.values() for r in rs])
         out.append((title, header, rows, cap))
     return out
 

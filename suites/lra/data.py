@@ -188,6 +188,8 @@ def _check_max_length(max_length: int) -> int:
 def _find(root: PathLike, candidates: Sequence[str], task: str, hint: str) -> Path:
     """The first ``root/<prefix>/<candidate>`` that exists; otherwise a :class:`LRADataMissingError`."""
     root = Path(root)
+    if not root.is_dir():
+        raise LRADataMissingError(f"LRA {task} data not found: {str(root)!r} is not a directory\n{hint}")
     tried = []
     for prefix in RELEASE_PREFIXES:
         for cand in candidates:
@@ -196,7 +198,8 @@ def _find(root: PathLike, candidates: Sequence[str], task: str, hint: str) -> Pa
                 return p
             tried.append(str(p))
     raise LRADataMissingError(
-        f"LRA {task} data not found under {str(root)!r}. Looked for:\n  " + "\n  ".join(tried) + f"\n{hint}")
+        f"LRA {task} data not found under {str(root)!r} (looked for {' or '.join(candidates)} in it and in its "
+        f"lra_release/ subfolders)\nLooked for:\n  " + "\n  ".join(tried) + f"\n{hint}")
 
 
 def _release_hint(what: str, generate: Optional[str] = None) -> str:

@@ -70,6 +70,40 @@ def _budget(by: dict, tasks: list[str]) -> str:
     return ("Budget — " + "; ".join(parts) + ".") if parts else ""
 
 
+_SAME = ("batch_size", "data", "preset", "seq_len", "steps")  # what makes two cells' budgets the same
+
+
+def _committed_baseline(setting: str, device: str, tasks: list[str], by: dict) -> list[str] | None:
+    """A row of the committed softmax results for the user's table that has no softmax row (e.g. the README's
+    main job trains only the new mechanisms): its accuracy per task where the committed cell had the same budget
+    and data as the user's cells, labelled as committed with its machine; no marks (another run, another
+    machine). None when no committed cell matches."""
+    from attnbench.report import committed_records, latest, machine_of
+    from attnbench.stats import wilson_interval
+
+    mine = {t: next((r for (lab, task), rs in by.items() if task == t for r in rs if r.status == "ok"), None)
+            for t in tasks}
+    cells, used = [], []
+    for t in tasks:
+        ref = mine[t]
+        match = [r for r in latest(committed_records("lra", setting), preferred=("ok",))
+                 if r.attention == BASELINE and not r.options and r.task == t and r.device == device
+                 and r.status == "ok" and ref is not None and "score" in r.metrics
+                 and all(r.params.get(k) == ref.params.get(k) for k in _SAME)]
+        if not match:
+            cells.append("-")
+            continue
+        r = match[-1]
+        used.append(r)
+        n = int(r.metrics.get("n_test") or 0)
+        lo, hi = wilson_interval(r.metrics["score"] / 100, n) if n else (0.0, 0.0)
+        cells.append(f"{r.metrics['score']:.2f}" + (f" ± {100 * (hi - lo) / 2:.1f}" if n else ""))
+    if not used:
+        return None
+    avg = (f"{statistics.fmean(r.metrics['score'] for r in used):.2f}" if len(used) == len(tasks) else "-")
+    return [f"softmax (committed; {machine_of(used)})", ",".join(sorted({r.impl or "-" for r in used})), *cells, avg]
+
+
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
     groups: dict[tuple, list[Measurement]] = {}
@@ -117,6 +151,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         order = sorted(range(len(labels)), key=lambda i: (labels[i].split("(")[0] != BASELINE,
                                                           -(avgs[labels[i]] or -math.inf), labels[i]))
         rows = [rows[i] for i in order]
+        if not any(lab.split("(")[0] == BASELINE for lab in labels) and not source_label.startswith("committed"):
+            base = _committed_baseline(setting, device, tasks, by)
+            if base:
+                rows.insert(0, base)
         current = sorted((m for rs in by.values() for m in rs), key=lambda m: (m.ended_at or "", m.id or 0),
                          reverse=True)  # baselines from the data of the configurations shown
         maj = []
@@ -140,7 +178,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"95% Wilson interval over the test set (n in the budget line); several seeds: mean ± std over seeds "
                f"{seeds} (n). ^ best of its column; ≈ not significantly different from the best (two-proportion "
                f"test, p ≥ 0.05); † not significantly above the majority class (p ≥ 0.05): at chance. avg = mean over "
-               f"the {len(tasks)} task(s) shown. {_budget(by, tasks)} The majority-class row "
+               f"the {len(tasks)} task(s) shown. {_budget(by, tasks)} A 'softmax (committed ...)' row is the committed "
+               f"baseline of the same budget and data (results/lra/), from the machine it names: not in the marks. "
+               f"The majority-class row "
                f"predicts the most frequent training class; the first-operator row (ListOps) predicts the most "
                f"frequent training answer of the outermost operator. Commit {', '.join(commits)}; "
                f"{dates[0] if len(dates) == 1 else '..'.join(dates[::max(1, len(dates) - 1)])}.")

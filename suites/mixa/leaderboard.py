@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark
+from attnbench.report import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
@@ -74,6 +74,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"or loss shown. FLOPs per image by torch.utils.flop_counter; "
                f"infer mem: tensor bytes of one forward at {fm.get('infer_batch', '?')} images (CUDA: allocator "
                f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}.")
+        if not any(r.status == "ok" for r in recs):
+            cap = unfinished_caption(source_label, recs)
         out.append((f"mixa — {setting} · {device} · k = {k}",
                     ["variant", "quadratic layers", "top-1", "Δ teacher", "FLOPs/img", "train img/s",
                      "infer img/s", "infer mem", "train mem", "wall"], rows, cap))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark
+from attnbench.report import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -57,6 +57,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"{fm.get('tokens', '?')} tokens" + (f", block options {fp.get('block_options')}"
                                                     if fp.get("block_options") else "")
                + f". Throughput and memory from whatever machine ran the cells. Commit {', '.join(commits)}.")
+        if not ok:
+            cap = unfinished_caption(source_label, recs)
         title = f"vision — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
         out.append((title, ["attention", "impl", "top-1", "top-5", "params", "FLOPs/img", "train img/s",
                             "infer img/s", "peak mem", "wall"], rows, cap))
