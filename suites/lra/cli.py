@@ -40,6 +40,7 @@ def run_command(
 ) -> None:
     """Train and evaluate attentions on the Long Range Arena; resumable; prints the leaderboard."""
     import sys
+    from pathlib import Path
 
     from attnbench.spec import parse_specs
     from attnbench.store import project_root
@@ -59,6 +60,9 @@ def run_command(
         raise typer.Exit(code=rc)
     if attn is None:
         fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        fail(f"--data-dir {data_dir}: no such directory (it should hold the LRA release, aclImdb/ or "
+             f"cifar-10-batches-py/; without --data-dir the tiny preset generates its data)")
     try:
         specs = parse_specs(attn)
         shard_kn = parse_shard(shard)
