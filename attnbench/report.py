@@ -356,7 +356,7 @@ def render_tables(tables: Iterable[TableData], *, console=None, fmt: str = "auto
     if fmt == "tsv":
         for t in tables:
             lines = [f"# {t[0]}", "\t".join(t[1]), *("\t".join(_one_line(c) for c in r) for r in t[2])]
-            console.out("\n".join(lines), highlight=False)
+            console.file.write("\n".join(lines) + "\n")  # raw: rich would expand the tabs
         return [list(t[1]) for t in tables]
     for t in tables:
         cols = fit_columns(t, console.width)

@@ -356,3 +356,118 @@ def test_ingest_another_store_run_by_run_idempotent(tmp_path):
     assert set(theirs) <= set(mine)
     with Store(a) as s, pytest.raises(AttnbenchError, match="store being ingested into"):
         ingest(a, s)
+
+
+# --- every table whole at 80 columns and when piped (issue 27) --------------------------------------------------
+SUITES_WITH_RESULTS = ("lra", "vision", "mixa", "adala", "lm", "claims", "scaling")
+
+
+def _all_tables(suite: str) -> list:
+    view = report.view_of(suite)
+    tables = [t for src in report.load_sources(suite) for t in report.source_tables(view, src)]
+    return tables + (view.extra_data() if view.extra_data else [])
+
+
+def _console(width: int, terminal: bool):
+    import io
+
+    return Console(file=io.StringIO(), width=width, force_terminal=terminal, color_system=None, soft_wrap=False)
+
+
+@pytest.mark.parametrize("suite", SUITES_WITH_RESULTS)
+def test_every_table_is_whole_at_80_columns_and_when_piped(suite, tmp_db):
+    tables = _all_tables(suite)
+    assert tables, suite
+    # on an 80-column terminal: no line longer than 80, every shown cell of a number column on one line, whole
+    con = _console(80, terminal=True)
+    report.table(suite, console=con)
+    out = con.file.getvalue()
+    lines = out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, suite
+    for t in tables:
+        for i in report.fit_columns(t, 80):
+            for row in t[2]:
+                cell = str(row[i])
+                if report._is_text(t[1][i]):
+                    assert all(w in out for w in cell.split()), (suite, t[1][i], cell)
+                else:
+                    for part in cell.splitlines():
+                        assert any(part in ln for ln in lines), (suite, t[0], t[1][i], part)
+    # piped: markdown, each row on one line with every cell whole, whatever the width
+    con = _console(80, terminal=False)
+    report.table(suite, console=con)
+    out = con.file.getvalue()
+    assert "| --- " not in out and "|---" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    for t in tables:
+        for row in t[2]:
+            cells = [report._one_line(c).replace("|", "\\|") for c in row]
+            assert any(all(f" {c} " in ln for c in cells) for ln in rows), (suite, t[0], row)
+
+
+def test_narrow_tables_drop_named_columns_and_never_fold_a_number():
+    t = ("demo", ["attention", "impl", "top-1", "wall", "note"],
+         [["softmax", "sdpa", "94.44 ± 2.8 ≈", "123 s", "a long note that may wrap between its words"]], "caption")
+    con = _console(40, terminal=True)
+    (shown,) = report.render_tables([t], console=con)
+    out = con.file.getvalue()
+    assert "impl" not in shown and "wall" not in shown and shown[:2] == ["attention", "top-1"]   # impl, wall go first
+    assert "94.44 ± 2.8 ≈" in out and max(map(len, out.splitlines())) <= 40
+    assert "Not shown at this width: impl, wall" in " ".join(out.split())
+    for fmt, probe in (("tsv", "softmax\tsdpa\t94.44 ± 2.8 ≈\t123 s"), ("json", '"top-1": "94.44 ± 2.8 ≈"'),
+                       ("md", "| softmax | sdpa | 94.44 ± 2.8 ≈ | 123 s |")):
+        con = _console(40, terminal=True)
+        report.render_tables([t], console=con, fmt=fmt)
+        assert probe in con.file.getvalue(), fmt
+    with pytest.raises(ValueError, match="--format must be one of"):
+        report.render_tables([t], console=_console(40, True), fmt="xml")
+
+
+# --- tables name their machine and source; marks; baselines; unfinished runs ---------------------------------------
+def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
+    recs = report.committed_records("lra")
+    view = report.view_of("lra")
+    committed = report.source_tables(view, report.Source("committed reference results (x)", recs, committed=True))
+    mine = report.source_tables(view, report.Source("your runs (x.db)", recs))
+    for title in [t[0] for t in committed + mine]:
+        assert recs[0].device_name in title, title
+    assert all(t[0].endswith("· committed results") for t in committed)
+    assert all(t[0].endswith("· your runs") for t in mine)
+    eff = [t for t in mine if t[0].startswith("LRA efficiency")]
+    assert eff and recs[0].device_name in eff[0][0]
+
+
+def test_mixa_table_marks_the_best_and_the_insignificant():
+    import dataclasses
+
+    recs = report.committed_records("mixa")
+    (t, *_) = report.view_of("mixa").data(report.Source("committed reference results", recs, committed=True))
+    top1 = [row[2] for row in t[2] if row[2] != "-"]
+    assert sum(c.endswith("^") for c in top1) == 1 and any(c.endswith("≈") for c in top1)
+    assert "^ best" in t[3] and "Δ: points vs the teacher, ≈" in t[3]
+    # a record timed while another attnbench process ran is marked, and the caption says what the mark means
+    marked = [dataclasses.replace(r, metrics={**r.metrics, "concurrent_attnbench": [{"pid": 1, "argv": "x"}]})
+              for r in recs]
+    (t, *_) = report.source_tables(report.view_of("mixa"), report.Source("your runs", marked))
+    assert any("‡" in c for row in t[2] for c in row) and "‡ timed while other attnbench processes" in t[3]
+
+
+def test_the_users_lra_table_without_softmax_shows_the_committed_baseline():
+    recs = [r for r in report.committed_records("lra") if r.attention != "softmax"]
+    (acc, *_) = report.view_of("lra").data(report.Source("your runs (x.db)", recs))
+    first = acc[2][0]
+    assert first[0].startswith("softmax (committed; ") and recs[0].device_name in first[0]
+    assert not first[2].endswith(("^", "≈"))           # another run on another machine: outside the marks
+    (acc, *_) = report.view_of("lra").data(report.Source("committed reference results", recs, committed=True))
+    assert not any(row[0].startswith("softmax (committed") for row in acc[2])
+
+
+def test_a_table_with_no_finished_cell_says_so_instead_of_unknowns():
+    import dataclasses
+
+    recs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in report.committed_records("vision")]
+    for suite in ("vision", "mixa"):
+        rs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in report.committed_records(suite)]
+        tables = report.view_of(suite).data(report.Source("your runs", rs or recs))
+        cap = tables[0][3]
+        assert "?" not in cap and "No cell of this table has finished ok yet" in cap, (suite, cap)

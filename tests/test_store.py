@@ -179,7 +179,10 @@ def test_damaged_store_in_the_cli(tmp_path):
 def test_schema_version_1_is_migrated_in_place(tmp_path):
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
+    import re
+
     v1 = st._SCHEMA.replace(",\n    pid         INTEGER,\n    hostname    TEXT,\n    note        TEXT", "")
+    v1 = re.sub(r"CREATE TABLE IF NOT EXISTS leases \(.*?\);", "", v1, flags=re.S)   # version 3 adds it
     assert "hostname" not in v1
     conn.executescript(v1)
     conn.execute("INSERT INTO runs (run_id, suite, setting, started_at, status) VALUES ('old', 'demo', 'demo/x', "
@@ -188,7 +191,8 @@ def test_schema_version_1_is_migrated_in_place(tmp_path):
     conn.commit()
     conn.close()
     with Store(path) as s:
-        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == st.SCHEMA_VERSION == 2
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == st.SCHEMA_VERSION == 3
+        assert s.leases() == []                                              # the leases table was created
         (old,) = s.runs()
         assert old["run_id"] == "old" and old["pid"] is None and old["hostname"] is None
         assert s.reap_dead_runs() == [] and s.run("old")["status"] == "running"   # no owner: left alone
@@ -253,3 +257,102 @@ def test_a_reused_pid_does_not_keep_a_dead_run_alive(tmp_db):
         host = dict(s.run(run.run_id)["host"], pid_start=1)                  # same pid, another process start
         s._conn.execute("UPDATE runs SET host = ? WHERE run_id = ?", (json.dumps(host), run.run_id))
         assert len(s.reap_dead_runs()) == 1 and s.run(run.run_id)["status"] == "interrupted"
+
+
+# --- leases: concurrent runs on one store (issue 27) -------------------------------------------------------------
+def test_a_cell_is_claimed_once_and_dead_or_stale_claims_are_taken_over(tmp_db):
+    h = "0123456789abcdef"
+    with Store() as s:
+        assert s.claim("demo", h, run_id="r1") == ("claimed", None)
+        assert s.claim("demo", h, run_id="r1") == ("claimed", None)          # the holder itself: idempotent
+        assert [row["pid"] for row in s.leases()] == [os.getpid()]
+        host = socket.gethostname()
+
+        def hold(pid, hostname, when="2999-01-01T00:00:00+00:00"):
+            s._conn.execute("UPDATE leases SET pid = ?, pid_start = NULL, hostname = ?, heartbeat_at = ?",
+                            (pid, hostname, when))
+
+        hold(os.getppid(), host)                                                 # a live process of this host
+        state, lease = s.claim("demo", h)
+        assert state == "held" and lease["pid"] == os.getppid()
+        dead = mp.get_context("spawn").Process(target=time.sleep, args=(0,))
+        dead.start()
+        dead.join()
+        hold(dead.pid, host)                                                     # its process is gone: taken over
+        assert s.claim("demo", h) == ("claimed", None)
+        hold(12345, "another-host")                                              # another host, renewed: held
+        assert s.claim("demo", h)[0] == "held"
+        hold(12345, "another-host", "2000-01-01T00:00:00+00:00")                 # not renewed for ages: stale
+        assert s.claim("demo", h) == ("claimed", None)
+        s.release(h)
+        assert s.leases() == []
+        run = s.start_run(suite="demo", setting="demo/x")
+        s.add(run.record(task="t", attention="a", status="ok", config_hash=h))
+        assert s.claim("demo", h) == ("finished", None)                         # another process finished it
+        assert s.claim("demo", h, force=True) == ("claimed", None)
+
+
+_WORKER = r"""
+import os, sys, time
+from rich.console import Console
+from attnbench.sweep import Cell, CellResult, run_sweep
+
+db, flag = sys.argv[1], sys.argv[2]
+
+def run_cell(cell, ctx):
+    t0 = time.time()
+    while not os.path.exists(flag) and time.time() - t0 < 120:   # held until the test lets it go
+        time.sleep(0.1)
+    return CellResult("ok", metrics={"waited_s": time.time() - t0})
+
+s = run_sweep([Cell(task="t", attention="a", config_hash="00000000000000aa")], run_cell, suite="demo",
+              setting="demo/x", db=db, console=Console(width=200), progress=False)
+sys.exit(s.exit_code())
+"""
+
+
+def test_two_processes_on_one_store_run_a_cell_once_and_the_record_names_the_other(tmp_path):
+    import subprocess
+    import sys
+
+    db, flag = tmp_path / "shared.db", tmp_path / "go"
+    env = {**os.environ, "ATTNBENCH_DB": str(db)}
+    # an attnbench command running on this host meanwhile (any store): the record must say so
+    other = subprocess.Popen(["bash", "-c", "exec -a attnbench sleep 120"])
+    first = subprocess.Popen([sys.executable, "-c", _WORKER, str(db), str(flag)], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:                                   # wait until the first one holds the cell
+            if db.exists():
+                try:
+                    with Store(db) as s:
+                        if s.leases():
+                            break
+                except st.StoreError:
+                    pass
+            time.sleep(0.2)
+        second = subprocess.run([sys.executable, "-c", _WORKER, str(db), str(flag)], env=env, text=True,
+                                capture_output=True, timeout=120)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "another process is running it (pid" in second.stdout and str(first.pid) in second.stdout
+        flag.touch()
+        out, _ = first.communicate(timeout=120)
+        assert first.returncode == 0, out
+    finally:
+        flag.touch()
+        other.kill()
+        first.kill()
+    with Store(db) as s:
+        (m,) = s.measurements(suite="demo")                             # one record of the cell, by the first
+        assert m.status == "ok" and s.leases() == []
+        assert other.pid in [p["pid"] for p in m.metrics["concurrent_attnbench"]]
+
+
+def test_an_unwritable_store_path_fails_before_any_work(tmp_path):
+    assert st.check_writable(tmp_path / "new" / "a.db") == tmp_path / "new" / "a.db"
+    with pytest.raises(st.StoreError, match="is a directory"):
+        st.check_writable(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(st.StoreError, match="cannot create the results store there"):
+        st.check_writable(tmp_path / "file" / "a.db")                  # its "directory" is a file
