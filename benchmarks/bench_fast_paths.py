@@ -80,8 +80,7 @@ def plain(attn):
 
         def perf(q, k, v):
             fq, fk, s = _stable_features(attn.feature_map, q, k)
-            return la.linear_attention_bidirectional(fq, fk * torch.exp(s - s.amax(-2, keepdim=True)), v,
-                                                     eps=attn.eps)
+            return la.linear_attention_bidirectional(fq, fk * torch.exp(s - s.amax(-2, keepdim=True)), v)
         return perf
     return None
 

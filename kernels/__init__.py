@@ -6,7 +6,7 @@ whether it imported, ``kernels_available(device)`` whether a kernel can run on t
 tensors under ``TRITON_INTERPRET=1``), and the kernel entry points raise a clear error otherwise. The references
 and ``nala_feature_map_fused`` need only PyTorch.
 
-    chunk_linear_attn(fq, fk, v, *, normalize=True, eps=1e-6, initial_state=None, output_final_state=False,
+    chunk_linear_attn(fq, fk, v, *, normalize=True, eps=0.0, initial_state=None, output_final_state=False,
                       chunk_size=64, offset=0) -> (o, (S, z) or None)          causal, fwd + bwd
     nala_feature_map(x, *, is_query, lam=3.0, tau=0.5, eps=1e-6) -> [..., 2D]  fused NaLa map, fwd + bwd
     nala_feature_map_fused(...)                                                same, PyTorch row blocks (CPU)

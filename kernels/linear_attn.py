@@ -4,11 +4,14 @@ Inputs ``fq, fk: [B, H, N, M]`` (feature maps; M may differ from D, M <= 256), `
 With counts c_t = offset + t (t = 1..N, 1-based inside this call):
 
     S_t = S0 + sum_{i<=t} phi_k_i^T v_i            [M, D]        z_t = z0 + sum_{i<=t} phi_k_i     [M]
-    normalize=True :  o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t + eps)  =  num_t / (den_t + eps * c_t)
+    normalize=True :  o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t + eps)  =  num_t / r_t,
+                      r_t = den_t + eps * c_t, or 1 where that is exactly 0 (every score 0: num_t = 0)
     normalize=False:  o_t = phi_q_t . S_t
 
-This is exactly ``attnbench.ops.linear_attn.linear_attention_chunked`` (eps measured against the *mean* score)
-when S0 = z0 = 0 and offset = 0. Continuing a sequence: pass the prefix's final state as ``initial_state`` and the
+eps defaults to 0: the papers' normalised linear attention (Katharopoulos et al. 2020, Eq. 9), no eps; a fixed
+eps on the mean score is a released code's normaliser (NaLaFormer's 1e-6). This is exactly
+``attnbench.ops.linear_attn.linear_attention_chunked`` (same eps, same zero guard) when S0 = z0 = 0 and
+offset = 0. Continuing a sequence: pass the prefix's final state as ``initial_state`` and the
 prefix length as ``offset``; the two calls then equal one call on the whole sequence.
 
 Kernels (one program per (batch*head, block), sequential over chunks of ``chunk_size`` tokens):
@@ -42,7 +45,7 @@ MAX_FEATURE = 256  # the forward / dv kernels hold all of M in a tile, the dq / 
 
 
 def chunk_linear_attn_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                                eps: float = 1e-6, initial_state=None, output_final_state: bool = False,
+                                eps: float = 0.0, initial_state=None, output_final_state: bool = False,
                                 offset: int = 0):
     """Plain PyTorch, quadratic in N, in the inputs' dtype: the ground truth of ``chunk_linear_attn``.
 
@@ -59,7 +62,8 @@ def chunk_linear_attn_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Ten
         if z0 is not None:
             den = den + fq @ z0.to(fq.dtype).unsqueeze(-1)                   # [B, H, N, 1]
         c = torch.arange(offset + 1, offset + n + 1, device=fq.device, dtype=fq.dtype).unsqueeze(-1)  # [N, 1]
-        o = (num / c) / (den / c + eps)
+        r = den / c + eps                                                    # [B, H, N, 1]
+        o = (num / c) / r.masked_fill(r == 0, 1.0)
     else:
         o = num
     if not output_final_state:
@@ -132,6 +136,7 @@ def _fwd_kernel(q, k, v, o, r, s0, z0, sT, zT, N, M, D, offset, eps,
         if NORMALIZE:
             den = tl.sum(A, axis=1) + tl.sum(bq.to(tl.float32) * z[None, :], axis=1)  # [BT]
             rr = den + eps * (offset + rows + 1).to(tl.float32)              # [BT] r_t = den_t + eps c_t
+            rr = tl.where(rr == 0.0, 1.0, rr)                                # exactly 0: every score 0, num 0
             num = num / rr[:, None]
             tl.store(r + rows, rr, mask=mask_t & (i_v == 0))
         z += tl.sum(bkt.to(tl.float32), axis=1)                              # [M]
@@ -402,15 +407,15 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def chunk_linear_attn(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                      eps: float = 1e-6, initial_state=None, output_final_state: bool = False,
+                      eps: float = 0.0, initial_state=None, output_final_state: bool = False,
                       chunk_size: int = 64, offset: int = 0):
     """Causal linear attention, chunked Triton kernel, forward and backward (module docstring for the math).
 
     Args:
         fq, fk: feature maps phi(q), phi(k) ``[B, H, N, M]``, M <= 256.
         v: values ``[B, H, N, D]``, D <= 256. fq, fk, v share dtype (float32, float16, bfloat16) and device.
-        normalize: divide by the normaliser phi_q_t . z_t (with eps against the mean score), else the plain sum.
-        eps: the normaliser's epsilon.
+        normalize: divide by the normaliser phi_q_t . z_t, else the plain sum.
+        eps: a fixed eps added to the mean score phi_q_t . z_t / c_t (default 0: none; module docstring).
         initial_state: None, ``S0 [B, H, M, D]``, or ``(S0, z0 [B, H, M] or None)``; missing parts are zeros.
         output_final_state: also return ``(S_N [B, H, M, D], z_N [B, H, M])`` in float32.
         chunk_size: tokens per chunk, a power of two >= 16 (changes rounding only, never the result); large M

@@ -1,4 +1,4 @@
-"""The CPU fast paths of issue 16 beside their references: the scale-aware normaliser guard, log-scaled key blocks,
+"""The CPU fast paths of issue 16 beside their references: a normaliser with no scale of its own, log-scaled key blocks,
 Performer's blocked form (accuracy against exact softmax, memory), the ELU+1 backward, SteLLA's scaled state, the
 recomputing backward of the bidirectional op (gradients by autograd per block and by hand).
 
@@ -21,10 +21,6 @@ from attnbench.ops import (linear_attention_bidirectional, linear_attention_bloc
 from attnbench.ops.linear_attn import TokenMap
 
 from .helpers import assert_matches_fp64
-
-NORMALISED = ["linear", "relu_linear", "nala", "mirrorla", "polaformer", "flatten", "hedgehog", "cosformer",
-              "performer"]
-
 
 def gaussian(*shape, seed=0, dtype=torch.float64):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
@@ -51,9 +47,9 @@ def all_forms(fq, fk, v, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_guard_is_scale_aware_in_every_form(causal):
-    """Features scaled by 1e-12 (Performer-like tiny scores) give the same output as unscaled ones in every form;
-    a fixed eps = 1e-6 against the mean score would move it by about 100%."""
+def test_output_does_not_depend_on_the_features_scale_in_every_form(causal):
+    """Features scaled by 1e-6 (scores 1e-12: Performer-like tiny scores) give the same output as unscaled ones in
+    every form (the normaliser has no eps); a fixed eps = 1e-6 against the mean score would move it by ~100%."""
     fq, fk, v = features(50)
     base = all_forms(fq, fk, v, causal)
     tiny = all_forms(fq * 1e-6, fk * 1e-6, v, causal)
@@ -67,7 +63,8 @@ def test_guard_is_scale_aware_in_every_form(causal):
 
 
 def test_all_zero_query_gives_zero_output_and_finite_gradients():
-    """A ReLU map can zero a query's features: 0 / tiny = 0, and the gradients stay finite."""
+    """A ReLU map can zero a query's features: its denominator is exactly 0 and replaced by 1, so the output is
+    0 / 1 = 0 and the gradients stay finite."""
     fq, fk, v = features(20)
     fq = fq.clone()
     fq[:, :, 3] = 0.0
@@ -78,19 +75,6 @@ def test_all_zero_query_gives_zero_output_and_finite_gradients():
         assert (out[:, :, 3] == 0).all()
         out.sum().backward()
         assert all(torch.isfinite(t.grad).all() for t in xs)
-
-
-@pytest.mark.parametrize("name", NORMALISED)
-def test_eps_is_negligible_relative_to_the_scores(name):
-    """Unit Gaussian inputs at d = 32: eps = 1e-6 moves no output by more than 1e-4 relative (Performer's mean
-    scores are ~1e-5 here, so the old fixed eps moved its outputs by ~10%)."""
-    n, d = 64, 32
-    attn = registry.build_for_length(name, seq_len=n, heads=2, head_dim=d).double()
-    q, k, v = (gaussian(1, 2, n, d, seed=s) for s in range(3))
-    with_eps = attn.reference(q, k, v)
-    attn.eps = 0.0
-    err = ((attn.reference(q, k, v) - with_eps).abs().max() / with_eps.abs().max()).item()
-    assert err < 1e-4, f"{name}: eps = 1e-6 moved the output by {err:.1e} relative"
 
 
 @pytest.mark.parametrize("n", [7, 50])

@@ -181,21 +181,22 @@ class FeatureMap(nn.Module):
 
 
 class FeatureMapAttention(Attention):
-    """Linear attention from a feature map: ``o_t = phi(q_t) S / (phi(q_t) z + g_t)``.
+    """Linear attention from a feature map: ``o_t = phi(q_t) S_t / phi(q_t) z_t`` (Katharopoulos et al. 2020,
+    Eq. 6; causal, Eq. 9), ``S_t = sum_i phi(k_i)^T v_i``, ``z_t = sum_i phi(k_i)`` over i <= t when causal.
 
-    The normaliser uses means (``S = mean_i phi(k_i)^T v_i``, ``z = mean_i phi(k_i)``, over i <= t when causal),
-    and the guard ``g_t = eps ||phi(q_t)|| ||z|| + tiny`` is relative to the scores (scale-aware, see
-    :mod:`attnbench.ops.linear_attn`), so eps is negligible for every map whatever its features' scale.
+    No eps: every form equals this formula to rounding wherever it is defined; a denominator that is exactly
+    zero (every score zero, e.g. an all-zero ReLU query) gives 0 (:mod:`attnbench.ops.linear_attn`). ``eps``
+    (default 0) adds a fixed eps to the mean score, ``phi(q_t) z_t / c_t + eps``: a released code's normaliser
+    that a mechanism may reproduce as an explicit option (``nala:sign_split=true``), never the default.
     ``reference`` materialises the N x N scores; ``torch`` runs the associative (bidirectional) or chunked
     (causal) form of :mod:`attnbench.ops.linear_attn`, computing the features block by block
-    (:func:`~attnbench.ops.linear_attn.linear_attention_blocked`). ``triton`` (causal, GPU) keeps the kernel's
-    fixed ``eps`` against the mean score: it differs from the others by at most ``eps / mean score`` relative
-    (``< 2e-4`` for every map here on unit Gaussian inputs, d = 64).
+    (:func:`~attnbench.ops.linear_attn.linear_attention_blocked`); ``triton`` (causal, GPU) the chunk kernel for
+    the numerator and the same normaliser.
     """
 
     feature_map_cls: ClassVar[type[FeatureMap]]
     impls = ("reference", "torch", "triton")
-    eps: float = 1e-6
+    eps: float = 0.0            # a fixed eps on the mean score (a released code's normaliser); 0: the papers
     chunk_size: int = 64        # causal chunk (the masked quadratic part)
     block_size: int = 1024      # tokens whose features are computed at once (cache-sized; tests make it small)
     recompute_backward: bool = True  # bidirectional training over several blocks: ops.linear_attention_recomputed
@@ -237,14 +238,12 @@ class FeatureMapAttention(Attention):
 
     def forward_triton(self, q, k, v):
         """Causal: the features, then ``attnbench.kernels.chunk_linear_attn`` for the numerator (unnormalised);
-        the normaliser and its scale-aware guard from the prefix sums of the key features (elementwise, fp32),
-        so this form computes the same function as the others (the kernel's own eps is a fixed one)."""
+        the normaliser from the prefix sums of the key features (elementwise, fp32), as in the other forms."""
         from ..kernels import chunk_linear_attn  # lazy: triton is optional
 
         fq, fk = self.feature_map.features_triton(q, k)
         num, _ = chunk_linear_attn(fq, fk, v, normalize=False, chunk_size=self.chunk_size)    # [B, H, N, D]
-        fq32 = fq.float()
         c = torch.arange(1, q.shape[-2] + 1, device=q.device, dtype=torch.float32).unsqueeze(-1)  # [N, 1]
         z_mean = fk.float().cumsum(-2) / c                                     # [B, H, N, M]
-        den = (fq32 * z_mean).sum(-1, keepdim=True)                            # [B, H, N, 1] mean score
-        return (num.float() / c) / (den + la.guard(fq32, z_mean, self.eps))
+        den = (fq.float() * z_mean).sum(-1, keepdim=True)                      # [B, H, N, 1] mean score
+        return (num.float() / c) / la.safe_den(den, self.eps)

@@ -65,8 +65,8 @@ class CosformerAttention(FeatureMapAttention):
     ``o_i = sum_j s_ij v_j / sum_j s_ij``, ``s_ij = ReLU(q_i) ReLU(k_j)^T cos(pi/2 * (i - j) / M)``, over j <= i
     when causal, computed through the decomposition
     ``[ReLU(q) cos, ReLU(q) sin] . [ReLU(k) cos, ReLU(k) sin]`` (:class:`CosformerFeatureMap`) and the shared
-    normalised linear-attention op (its scale-aware eps guard; the released code clamps the denominator
-    at 1e-6 instead).
+    normalised linear-attention op, with no eps (the released code clamps the denominator at 1e-6; here only an
+    exactly zero one is guarded, see :mod:`attnbench.ops.linear_attn`).
 
     ``M`` (option ``max_len``):
 
@@ -120,9 +120,7 @@ class CosformerAttention(FeatureMapAttention):
             scores = scores.tril()
         cnt = (torch.arange(1, n + 1, device=q.device, dtype=q.dtype) if self.causal
                else torch.full((n,), float(n), device=q.device, dtype=q.dtype))[:, None]  # [N, 1]
-        fq, fk = self.feature_map.phi(q), self.feature_map.phi(k)            # for the scale-aware guard only
-        z_mean = (fk.cumsum(-2) if self.causal else fk.sum(-2, keepdim=True)) / cnt
-        return ((scores @ v) / cnt) / (scores.sum(-1, keepdim=True) / cnt + la.guard(fq, z_mean, self.eps))
+        return ((scores @ v) / cnt) / la.safe_den(scores.sum(-1, keepdim=True) / cnt, self.eps)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_len={self.max_len}"

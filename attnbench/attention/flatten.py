@@ -37,7 +37,7 @@ class FocusedFeatureMap(FeatureMap):
 
     def _phi_into(self, x: torch.Tensor, out: torch.Tensor, keep_norm: bool) -> torch.Tensor:
         """:meth:`phi` in place in ``out``. Without ``keep_norm`` the per-token factor ``||x|| / ||x^p||`` is left
-        out: for queries it cancels in the normalised attention (the scale-aware guard included)."""
+        out: for queries it cancels in the normalised attention (which has no eps)."""
         inv = F.softplus(self.scale.to(x.dtype)).reciprocal_()                      # [H, 1, D]
         torch.clamp(x, min=0, out=out).add_(1e-6).mul_(inv)
         if not keep_norm:

@@ -51,7 +51,7 @@ class HedgehogFeatureMap(FeatureMap):
     def _map_into(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.Tensor, normalise: bool):
         """:meth:`_map` written into ``out [B, H, n, 2D]`` without the cat or the softmax's temporaries:
         ``exp(+-z - max|z|)``, divided by its sum only for keys (a per-query factor cancels in the normalised
-        attention, the scale-aware guard included)."""
+        attention, which has no eps)."""
         D = x.shape[-1]
         z = torch.matmul(x, w.to(x.dtype)).add_(b.to(x.dtype)[:, None, :])   # [B, H, n, D]
         # max |z| from two plain reductions (aminmax and max(dim) are ~10x slower on the CPU)

@@ -16,6 +16,7 @@ from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
 
 PAPER = "Meng et al. 2026 (NaLaFormer, Norm x Direction)"
+RELEASED_DEN_EPS = 1e-6  # the released code's normaliser: 1 / (q . mean(k) + 1e-6)
 
 
 @register_feature_map
@@ -117,7 +118,11 @@ class NaLaAttention(FeatureMapAttention):
 
     ``o_t = phi_q(q_t) sum_i phi_k(k_i)^T v_i / (phi_q(q_t) sum_j phi_k(k_j)^T)``, bidirectional or causal
     (``S_t = S_{t-1} + phi_k(k_t)^T v_t``, a 2d x d state per head). Options: ``lam`` (lambda, default 3),
-    ``tau`` (default 0.5; Table 11's best), ``sign_split`` (the released code's hard sign split).
+    ``tau`` (default 0.5; Table 11's best), ``sign_split`` (the released code's hard sign split), ``den_eps``.
+
+    ``den_eps``: a fixed eps added to the mean score, ``phi_q(q_t) . mean_j phi_k(k_j) + den_eps``, as the released
+    code's normaliser ``1 / (q . mean(k) + 1e-6)`` does (Eq. 14 has none). Default: 1e-6 with ``sign_split``
+    (the released code, which it then computes exactly), 0 otherwise (the paper's formula).
     """
 
     name = "nala"
@@ -125,6 +130,14 @@ class NaLaAttention(FeatureMapAttention):
     feature_map_cls = NaLaFeatureMap
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", lam: float = 3.0, tau: float = 0.5,
-                 sign_split: bool = False):
+                 sign_split: bool = False, den_eps: float | None = None):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+        if den_eps is None:
+            den_eps = RELEASED_DEN_EPS if sign_split else 0.0
+        if isinstance(den_eps, bool) or not isinstance(den_eps, (int, float)) or not 0.0 <= den_eps < math.inf:
+            raise AttnbenchError(f"nala: option 'den_eps' must be a number >= 0 (or omitted), got {den_eps!r}")
+        self.eps = float(den_eps)   # FeatureMapAttention's fixed eps on the mean score
         self.feature_map = self.make_feature_map(lam=lam, tau=tau, sign_split=sign_split)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", den_eps={self.eps}"

@@ -59,8 +59,9 @@ class PolaAttention(Attention):
     3. Polarity split: ``q+ = ReLU(q)^p``, ``q- = ReLU(-q)^p`` (and k). Same-sign path ``[q+, q-] . [k+, k-]``
        (q+k+ + q-k-), opposite-sign path ``[q-, q+] . [k+, k-]`` (q-k+ + q+k-).
     4. The value is split in two halves: ``o = [LA(q_sim, k, v1), LA(q_opp, k, v2)]``, each normalised
-       separately; the block's output projection learns how to mix the two streams (the paper's learnable
-       polarity coefficients G).
+       separately, ``LA(phi_q, phi_k, v)_t = phi_q(q_t) sum_j phi_k(k_j)^T v_j / phi_q(q_t) sum_j phi_k(k_j)``
+       with no eps (:mod:`attnbench.ops.linear_attn`); the block's output projection learns how to mix the two
+       streams (the paper's learnable polarity coefficients G).
 
     ``alpha`` defaults to 3 (the best average of the PolaFormer LRA table; the released code uses 4).
     The value size must be even. Gate, DWC and positional encoding belong to the block.
@@ -68,7 +69,7 @@ class PolaAttention(Attention):
 
     name = "polaformer"
     paper = "Meng et al. 2025 (PolaFormer, ICLR)"
-    eps: float = 1e-6
+    eps: float = 0.0            # a fixed eps on each stream's mean score (the released code's 1e-6); 0: the formula
     chunk_size: int = 64
     block_size: int = 1024
     recompute_backward: bool = True  # bidirectional training over several blocks: ops.linear_attention_recomputed

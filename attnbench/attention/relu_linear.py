@@ -33,9 +33,10 @@ class ReluFeatureMap(FeatureMap):
 
 @register_attention
 class ReluLinearAttention(FeatureMapAttention):
-    """``o_t = ReLU(q_t) sum_i ReLU(k_i)^T v_i / (ReLU(q_t) sum_j ReLU(k_j) + eps)`` (MirrorLA Eq. 2 with ReLU).
+    """``o_t = ReLU(q_t) sum_i ReLU(k_i)^T v_i / ReLU(q_t) sum_j ReLU(k_j)`` (MirrorLA Eq. 2 with ReLU), no eps.
 
-    A query whose ReLU is all zero gets a zero output (the eps keeps the division finite)."""
+    A query whose scores are all zero (e.g. its ReLU is all zero) gets a zero output: the only guard, for an
+    exactly zero denominator (:mod:`attnbench.ops.linear_attn`)."""
 
     name = "relu_linear"
     paper = ReluFeatureMap.paper

@@ -3,19 +3,24 @@
 All functions take ``fq, fk: [B, H, N, M]`` (feature maps, M may differ from the value size) and
 ``v: [B, H, N, D]`` and return ``[B, H, N, D]``.
 
-With ``normalize=True`` the output is
+With ``normalize=True`` the output is the papers' normalised linear attention (Katharopoulos et al. 2020, Eq. 6;
+causal, Eq. 9), with no eps:
 
-    o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t + g_t),   S_t = sum_{i in I_t} phi_k_i^T v_i,
-                                                               z_t = sum_{i in I_t} phi_k_i,
-    g_t = eps * ||phi_q_t|| * ||z_t / c_t|| + tiny,
+    o_t = (phi_q_t . S_t / c_t) / (phi_q_t . z_t / c_t),   S_t = sum_{i in I_t} phi_k_i^T v_i,
+                                                         z_t = sum_{i in I_t} phi_k_i,
 
-where I_t is every token (bidirectional) or i <= t (causal), c_t = |I_t| and tiny the dtype's smallest normal
-number. The guard g_t is scale-aware: ``||phi_q_t|| ||z_t / c_t||`` bounds the mean score
-``|phi_q_t . z_t / c_t|`` (Cauchy-Schwarz), so eps is always relative to the scores, and scaling the query or key
-features by any constant leaves the output unchanged. (A fixed eps against the mean score, as in the released
-PolaFormer / NaLaFormer code, is a 15% bias for Performer's features, whose mean scores are ~6e-6.) ``tiny`` only
-keeps an all-zero query (a ReLU map) at 0 / tiny = 0 instead of 0 / 0. With ``normalize=False`` the output is the
-plain sum ``phi_q_t . S_t`` (SteLLA scales it by constants instead).
+where I_t is every token (bidirectional) or i <= t (causal) and c_t = |I_t| (the means keep states in the
+features' range; c_t cancels). The only guard is for a denominator that is exactly zero, which for non-negative
+scores means every score is zero and so is the numerator (an all-zero ReLU query): it is replaced by 1, so the
+output is 0 and its gradients finite (:func:`safe_den`). Nothing else moves the output: it equals the formula to
+rounding wherever the formula is defined, and scaling the query or key features by any constant (within the
+dtype's range) changes nothing, so Performer's tiny mean scores need no special care. (A guard proportional to
+the Cauchy-Schwarz bound ``||phi_q|| ||z / c||`` was not negligible where the features are non-negative and
+nearly orthogonal: the bound then exceeds the score by orders of magnitude.)
+
+``eps`` (default 0) adds a fixed eps to the mean score, ``den_t / c_t + eps``: the released NaLaFormer code's
+normaliser (``1 / (q . mean(k) + 1e-6)``), which ``nala:sign_split=true`` reproduces; no paper's formula has one.
+With ``normalize=False`` the output is the plain sum ``phi_q_t . S_t`` (SteLLA scales it by constants instead).
 
 Key features may carry a log-scale (``linear_attention_blocked``: ``map_k`` returning ``(fk, shift)``): the true
 features are ``fk * exp(shift)``; since the output does not depend on a common scale of the keys, only the
@@ -49,31 +54,25 @@ class Permuted(NamedTuple):
     perms: tuple[torch.Tensor, ...]         # G index tensors [M]
 
 
-def _tiny(x: torch.Tensor) -> float:
-    return torch.finfo(x.dtype).tiny
+def safe_den(den: torch.Tensor, eps: float = 0.0, inplace: bool = False) -> torch.Tensor:
+    """The divisor of the module docstring: the mean score ``den`` (``+ eps``), an exactly zero one replaced by 1
+    (its numerator is 0 too, so the output is 0 and the gradient through the divisor is 0, as autograd gives for
+    ``where``). ``inplace``: modify ``den`` (no gradient needed)."""
+    if eps:
+        den = den.add_(eps) if inplace else den + eps
+    return den.masked_fill_(den == 0, 1.0) if inplace else den.masked_fill(den == 0, 1.0)
 
 
-def guard(fq: torch.Tensor, z_mean: torch.Tensor, eps: float) -> torch.Tensor:
-    """The scale-aware guard ``eps ||fq_t|| ||z_mean_t|| + tiny`` of the module docstring: ``fq [..., N, M]``,
-    ``z_mean [..., N or 1, M]`` (the mean key feature each query sees) -> ``[..., N, 1]``. For the plain forms."""
-    nz = torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)
-    return eps * torch.linalg.vector_norm(fq, dim=-1, keepdim=True) * nz + _tiny(fq)
-
-
-def normalise(num: torch.Tensor, den: torch.Tensor, fq: torch.Tensor, z_mean: torch.Tensor, eps: float,
-              fq_norm: torch.Tensor | None = None) -> torch.Tensor:
-    """``num / (den + g)`` with the scale-aware guard ``g = eps ||fq|| ||z_mean|| + tiny`` of the module docstring
-    (``num, den`` already divided by the counts; ``z_mean [..., N or 1, M]``, the mean key feature each query
-    sees). ``fq_norm`` may be given if already computed. In place on ``num`` when no gradient is needed."""
-    nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True) if fq_norm is None else fq_norm   # [..., N, 1]
-    nz = torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)                              # [..., N or 1, 1]
-    if _grad_needed(num, den, fq, z_mean):
-        return num / (den + (nq * nz * eps + _tiny(num)))
-    return num.div_(den.add_(nq.mul_(nz).mul_(eps).add_(_tiny(num))))
+def normalise(num: torch.Tensor, den: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """``num / safe_den(den, eps)`` (``num, den`` already divided by the counts). In place on ``num`` and ``den``
+    when no gradient is needed."""
+    if _grad_needed(num, den):
+        return num / safe_den(den, eps)
+    return num.div_(safe_den(den, eps, inplace=True))
 
 
 def linear_attention_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                               normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
+                               normalize: bool = True, eps: float = 0.0) -> torch.Tensor:
     """Quadratic reference: materialise the N x N scores phi(q) phi(k)^T (masked when causal)."""
     n = fq.shape[-2]
     scores = fq @ fk.transpose(-1, -2)                                        # [B, H, N, N]
@@ -84,12 +83,11 @@ def linear_attention_reference(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tens
         return num
     c = _counts(n, causal, scores)
     den = scores.sum(-1, keepdim=True)                                        # [B, H, N, 1]
-    z_mean = (fk.cumsum(-2) if causal else fk.sum(-2, keepdim=True)) / c      # [B, H, N or 1, M]
-    return (num / c) / (den / c + guard(fq, z_mean, eps))
+    return (num / c) / safe_den(den / c, eps)
 
 
 def linear_attention_recurrent(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                               eps: float = 1e-6) -> torch.Tensor:
+                               eps: float = 0.0) -> torch.Tensor:
     """Token-by-token causal recurrence S_t = S_{t-1} + phi_k_t^T v_t (the RNN view; slow, for reference)."""
     B, H, N, M = fq.shape
     S = fq.new_zeros(B, H, M, v.shape[-1])                                    # [B, H, M, D]
@@ -101,13 +99,13 @@ def linear_attention_recurrent(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tens
         num = torch.einsum("bhm,bhmd->bhd", fq[:, :, t], S)
         if normalize:
             den = (fq[:, :, t] * z).sum(-1, keepdim=True)
-            num = (num / (t + 1)) / (den / (t + 1) + guard(fq[:, :, t], z / (t + 1), eps))
+            num = (num / (t + 1)) / safe_den(den / (t + 1), eps)
         outs.append(num)
     return torch.stack(outs, dim=2)
 
 
 def linear_attention_bidirectional(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                                   eps: float = 1e-6) -> torch.Tensor:
+                                   eps: float = 0.0) -> torch.Tensor:
     """Associative order phi(q) (phi(k)^T v): O(N M D) time, O(M D) state per head."""
     n = fq.shape[-2]
     if not normalize:
@@ -115,11 +113,11 @@ def linear_attention_bidirectional(fq: torch.Tensor, fk: torch.Tensor, v: torch.
     kv = (fk.transpose(-1, -2) @ v) / n                                       # [B, H, M, D]
     z = fk.mean(-2, keepdim=True)                                             # [B, H, 1, M]
     den = fq @ z.transpose(-1, -2)                                            # [B, H, N, 1]
-    return normalise(fq @ kv, den, fq, z, eps)
+    return normalise(fq @ kv, den, eps)
 
 
 def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, normalize: bool = True,
-                             eps: float = 1e-6, chunk_size: int = 64, initial_state=None, offset: int = 0,
+                             eps: float = 0.0, chunk_size: int = 64, initial_state=None, offset: int = 0,
                              output_final_state: bool = False):
     """Causal chunked form: masked quadratic attention inside each chunk plus the state carried from before it.
 
@@ -154,9 +152,8 @@ def linear_attention_chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor
         z_last = z_before[:, :, -1] + zk[:, :, -1]
     if normalize:
         c = _counts(offset + n * C, True, num)[offset:].reshape(n, C, 1)
-        z_mean = (fk.cumsum(-2) + z_before.unsqueeze(-2)) / c                 # [B, H, n, C, M] z_t / c_t
         den = fq @ z_before.unsqueeze(-1) + scores.sum(-1, keepdim=True)      # [B, H, n, C, 1]
-        num = normalise(num / c, den / c, fq, z_mean, eps)
+        num = normalise(num / c, den / c, eps)
     out = num.reshape(B, H, n * C, D)[:, :, :N]
     if not output_final_state:
         return out
@@ -199,7 +196,7 @@ def scratch_map(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], block:
 
 def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[torch.Tensor, ...]],
                              map_k: Callable[[int, int], torch.Tensor], v: torch.Tensor, *, causal: bool = False,
-                             normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64,
+                             normalize: bool = True, eps: float = 0.0, chunk_size: int = 64,
                              block_size: int = 2048, scale: torch.Tensor | float | None = None) -> torch.Tensor:
     """Linear attention whose feature maps are computed block by block and never held for the whole sequence.
 
@@ -281,7 +278,6 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
         grad = grad or _grad_needed(kv)                                       # a learnable scale (SteLLA)
     if normalize:
         kv = kv / n                                                           # [B, H, M, D + 1]  [S | z] / n
-        z_mean = kv[..., D:].transpose(-1, -2)                                # [B, H, 1, M]
     out = None
     outs = []
 
@@ -296,8 +292,8 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
         if isinstance(fq, Permuted):
             if pstate is None:
                 pstate = _permuted_state(kv, fq.perms, D, normalize)          # [B, H, M, D (+ G)]
-            part = _permuted_block(fq.features, pstate, len(fq.perms), D, normalize, z_mean if normalize else None,
-                                   eps, None if grad or _grad_needed(fq.features) else out_view(s, e))
+            part = _permuted_block(fq.features, pstate, len(fq.perms), D, normalize, eps,
+                                   None if grad or _grad_needed(fq.features) else out_view(s, e))
             if part is not None:
                 outs.append(part)
             continue
@@ -318,11 +314,9 @@ def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, sc
             nd = fq @ torch.cat([kv_g, kv[..., D:]], dim=-1) if G > 1 else fq @ kv  # [B, H, b, D/G + 1]
             num, den = nd[..., :Dg], nd[..., Dg:]
             if grad_q:
-                parts.append(normalise(num, den, fq, z_mean, eps))
+                parts.append(normalise(num, den, eps))
             else:  # straight into the output: no per-block concatenation afterwards
-                nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)       # [B, H, b, 1]
-                g_t = nq.mul_(torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)).mul_(eps).add_(_tiny(nd))
-                torch.div(num, g_t.add_(den), out=out[:, :, s:e, g * Dg:(g + 1) * Dg])
+                torch.div(num, safe_den(den, eps, inplace=True), out=out[:, :, s:e, g * Dg:(g + 1) * Dg])
         if grad_q:
             outs.append(torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0])
     if out is not None and not outs:
@@ -341,7 +335,7 @@ def _permuted_state(kv, perms, D, normalize):
     return torch.cat(cols, dim=-1)
 
 
-def _permuted_block(fq, pstate, G, D, normalize, z_mean, eps, out):
+def _permuted_block(fq, pstate, G, D, normalize, eps, out):
     """One query block of :class:`Permuted` features against the permuted state: one matmul for all groups.
     Written into ``out`` (a view of the output) and None returned, or returned when ``out`` is None (autograd)."""
     Dg = D // G
@@ -352,12 +346,11 @@ def _permuted_block(fq, pstate, G, D, normalize, z_mean, eps, out):
         out.copy_(nd)
         return None
     if out is None:
-        return torch.cat([normalise(nd[..., g * Dg:(g + 1) * Dg], nd[..., D + g:D + g + 1], fq, z_mean, eps)
+        return torch.cat([normalise(nd[..., g * Dg:(g + 1) * Dg], nd[..., D + g:D + g + 1], eps)
                           for g in range(G)], dim=-1)
-    nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)                   # [B, H, b, 1]
-    g_t = nq.mul_(torch.linalg.vector_norm(z_mean, dim=-1, keepdim=True)).mul_(eps).add_(_tiny(nd))
+    den = safe_den(nd[..., D:], eps, inplace=True)                            # [B, H, b, G]
     for g in range(G):
-        torch.div(nd[..., g * Dg:(g + 1) * Dg], nd[..., D + g:D + g + 1] + g_t, out=out[..., g * Dg:(g + 1) * Dg])
+        torch.div(nd[..., g * Dg:(g + 1) * Dg], den[..., g:g + 1], out=out[..., g * Dg:(g + 1) * Dg])
     return None
 
 
@@ -369,7 +362,7 @@ def _split_shift(fk):
 
 
 def linear_attention(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                     normalize: bool = True, eps: float = 1e-6, chunk_size: int = 64) -> torch.Tensor:
+                     normalize: bool = True, eps: float = 0.0, chunk_size: int = 64) -> torch.Tensor:
     """Efficient linear attention: associative when bidirectional, chunked when causal."""
     if causal:
         return linear_attention_chunked(fq, fk, v, normalize=normalize, eps=eps, chunk_size=chunk_size)
@@ -390,7 +383,7 @@ class TokenMap(NamedTuple):
 
 def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tensor,
                                 k: torch.Tensor, v: torch.Tensor, *, tensors: tuple[torch.Tensor, ...] = (),
-                                normalize: bool = True, eps: float = 1e-6, block_size: int = 2048,
+                                normalize: bool = True, eps: float = 0.0, block_size: int = 2048,
                                 scale: torch.Tensor | float | None = None,
                                 inference_maps: tuple[Callable, Callable] | None = None,
                                 perms: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
@@ -411,11 +404,11 @@ def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tenso
     run, interleaved): ELU + 1 1.13x / 1.26x faster, ReLU 1.25x / 1.35x; a map with an MLP (Hedgehog) 0.9x
     (``benchmarks/bench_fast_paths.py --backward-gain``).
 
-    Backward (normalised), for ``num = phi_q S / n``, ``den = phi_q z / n``, ``o = num r``, ``r = 1 / (den + g)``,
-    ``g = eps ||phi_q|| ||z / n|| + tiny`` and the output's gradient G: ``d num = G r``,
-    ``d den = d g = -(G . o) r``; ``d phi_q = d num (S / n)^T + d den (z / n)^T + d g eps ||z / n|| phi_q / ||phi_q||``;
-    ``d S = phi_q^T d num / n``, ``d z = (phi_q^T d den + sum_t d g_t eps ||phi_q_t|| (z / n) / ||z / n||) / n``;
-    ``d phi_k = v dS^T + dz^T``, ``d v = phi_k dS``; then through each map, block by block (by hand or autograd).
+    Backward (normalised), for ``num = phi_q S / n``, ``den = phi_q z / n``, ``o = num r``, ``r = 1 / safe_den(den,
+    eps)`` (module docstring) and the output's gradient G: ``d num = G r``, ``d den = -(G . o) r`` (0 where den is
+    exactly 0: the divisor is a constant 1 there); ``d phi_q = d num (S / n)^T + d den (z / n)^T``;
+    ``d S = phi_q^T d num / n``, ``d z = phi_q^T d den / n``; ``d phi_k = v dS^T + dz^T``, ``d v = phi_k dS``; then
+    through each map, block by block (by hand or autograd).
     """
     if scale is not None and normalize:
         raise ValueError("linear_attention_recomputed: 'scale' is for the unnormalised form only")
@@ -474,7 +467,6 @@ class _Recomputed(torch.autograd.Function):
                     z_b = fk.sum(-2).unsqueeze(-1)                                # [B, H, M, 1]
                     z = z_b if z is None else z.add_(z_b)
             Sq, zq = _query_state(S, z, n, scale)
-            nz = torch.linalg.vector_norm(zq, dim=-2, keepdim=True) if normalize else None  # [B, H, 1, 1]
             if groups is not None:
                 Sq, zq = groups.state(Sq, zq)                                     # [B, H, M, D], [B, H, M, G]
             G = 1 if groups is None else len(groups.perms)
@@ -484,8 +476,7 @@ class _Recomputed(torch.autograd.Function):
                 if not normalize:
                     torch.matmul(fq, Sq, out=out[:, :, s:e])
                     continue
-                guard = torch.linalg.vector_norm(fq, dim=-1, keepdim=True).mul_(nz).mul_(eps).add_(_tiny(fq))
-                den = (fq @ zq).add_(guard)                                       # [B, H, b, G] mean score + guard
+                den = safe_den(fq @ zq, eps, inplace=True)                        # [B, H, b, G] mean score
                 torch.div((fq @ Sq).unflatten(-1, (G, D // G)), den.unsqueeze(-1),
                           out=out[:, :, s:e].unflatten(-1, (G, D // G)))
         ctx.cfg = cfg
@@ -537,35 +528,30 @@ class _Recomputed(torch.autograd.Function):
             dSp = torch.zeros_like(Sp)
             if normalize:
                 dzp = torch.zeros_like(zp)
-                nz = torch.linalg.vector_norm(zq, dim=-2, keepdim=True)           # [B, H, 1, 1]
-                dnz = torch.zeros_like(nz)
             for s, e in _bounds(n, block_size):                                   # query blocks
                 fq, vjp = features(phi_q, q, s, e, need_q)
                 gb = grad[:, :, s:e]
-                if normalize:  # r = 1 / (den + g) again from the features (the forward's may differ by a
-                    # per-token factor that cancels in the output: inference maps may leave it out)
-                    nq = torch.linalg.vector_norm(fq, dim=-1, keepdim=True)       # [B, H, b, 1]
-                    r = (fq @ zp).add_(nq * (eps * nz) + _tiny(nq)).reciprocal_()  # [B, H, b, G]
-                    # d den_g = d guard_g; the guard is the same for every group, its gradient their sum
+                if normalize:  # r = 1 / den again from the features (the forward's may differ by a per-token
+                    # factor that cancels in the output: inference maps may leave it out)
+                    den = (fq @ zp).add_(eps)                                     # [B, H, b, G]
+                    zero = den == 0
+                    r = den.masked_fill_(zero, 1.0).reciprocal_()                 # 1 / safe_den
                     dden = (gb * out[:, :, s:e]).unflatten(-1, (G, D // G)).sum(-1).mul_(r).neg_()  # [B, H, b, G]
-                    dguard = dden if G == 1 else dden.sum(-1, keepdim=True)       # [B, H, b, 1]
+                    dden.masked_fill_(zero, 0.0)
                     dnum = gb * r if G == 1 else (gb.unflatten(-1, (G, D // G)) * r.unsqueeze(-1)).flatten(-2)
                     dzp.add_(fq.transpose(-1, -2) @ dden)
-                    dnz.add_((dguard * nq).sum(-2, keepdim=True), alpha=eps)
                 else:
                     dnum = gb
                 dSp.add_(fq.transpose(-1, -2) @ dnum)
                 if vjp is not None:
                     dfq = dnum @ Sp.transpose(-1, -2)                             # [B, H, b, M]
-                    if normalize:  # the mean score's z and the guard's ||phi_q||
+                    if normalize:  # the mean score's z
                         dfq.add_(dden * zp.transpose(-1, -2) if G == 1 else dden @ zp.transpose(-1, -2))
-                        dfq.add_(fq * (dguard * (eps * nz) / nq.clamp_min(_tiny(nq))))
                     vjp(dfq, dq[:, :, s:e] if need_q else None)
             dSq, dzq = (dSp, dzp if normalize else None) if groups is None else \
                 groups.unpermute(dSp, dzp if normalize else None)
             dscale = None
             if normalize:
-                dzq.add_(zq * (dnz / nz.clamp_min(_tiny(nz))))                    # the guard's ||z / n||
                 dS, dz = dSq.div_(n), dzq.div_(n).transpose(-1, -2)               # [B, H, M, D], [B, H, 1, M]
             elif scale is not None:
                 dscale = (dSq * S).sum().reshape(scale.shape) if need_scale else None
