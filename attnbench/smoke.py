@@ -47,8 +47,10 @@ class FullRunCost:
         """``full run: 300,000 steps x 1,024 images = 3.07e+08 images, 1.4e+18 FLOPs; about 1.0 h on one H100
         (bf16 at 40% of its 989 TFLOP/s; matmul FLOPs only)``."""
         peak = GPU_PEAK_BF16[gpu] / 1e12
+        when = _fmt_hours(self.hours_on(gpu, mfu))
+        when = when if when.startswith("under") else f"about {when}"
         return (f"full run: {self.steps:,} steps x {self.items_per_step:,} {self.unit} = {self.items:.3g} {self.unit}, "
-                f"{self.flops:.2g} FLOPs; about {_fmt_hours(self.hours_on(gpu, mfu))} on one {gpu} "
+                f"{self.flops:.2g} FLOPs; {when} on one {gpu} "
                 f"(bf16 at {mfu:.0%} of its {peak:.0f} TFLOP/s; matmul FLOPs only)")
 
 
@@ -56,6 +58,11 @@ def train_flops(step: Callable[[], Any]) -> int:
     """FLOPs of one forward + backward, as ``torch.utils.flop_counter`` counts them: ``step`` runs both."""
     from .bench import count_flops
     return count_flops(step)
+
+
+def fmt_duration(seconds: float) -> str:
+    """``"45 s"``, ``"12 min"``, ``"3.5 h"``, ``"2.1 days"``."""
+    return _fmt_hours(seconds / 3600.0)
 
 
 def _fmt_hours(h: float) -> str:

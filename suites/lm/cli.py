@@ -21,8 +21,11 @@ def run_command(
                                "(NaLaFormer Table 5's setting, GPUs), or a .toml path"),
     data: Optional[str] = typer.Option(None, "--data", help="corpus instead of the preset's: local .txt / .jsonl / "
                                        ".parquet paths or globs (comma-separated), or hub:NAME[:CONFIG]"),
-    smoke: bool = clikit.flag(False, "--smoke", help="instantiate each model of the preset, print its parameter "
-                              "count, run one forward/backward step at 64 tokens on the CPU; no data, no store"),
+    smoke: bool = clikit.flag(False, "--smoke", help="each model of the preset at full size through the real "
+                              "pipeline on a small JSONL corpus written here (tokenizer training, packing, 3 steps "
+                              "at batch 2 on the CPU, validation, a checkpoint and a resume, lm-eval on the local "
+                              "tasks), then the full run's cost on an H100; temporary store and files unless "
+                              "--db / --out"),
     no_eval: bool = clikit.flag(False, "--no-eval", help="train only (evaluate later with `attnbench eval lm`)"),
     seed: int = clikit.SEED,
     force: bool = clikit.FORCE,
@@ -55,10 +58,15 @@ def run_command(
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
     if smoke:
-        from .train import smoke as run_smoke
+        if data is not None:
+            fail("--smoke writes its own small JSONL corpus; drop --data")
+        from .smoke import run_smoke
 
-        console.print(f"[bold]lm[/] {pre.key} smoke test (CPU, random tokens)")
-        raise typer.Exit(code=run_smoke(pre, variants, console=console))
+        try:
+            rc = run_smoke(pre, variants, seed=seed, db=db, out=out, console=console)
+        except (AttnbenchError, ValueError, OSError) as e:
+            fail(str(e))
+        raise typer.Exit(code=rc)
     work = out or str(project_root() / "results" / "runs" / "lm")
 
     def run():

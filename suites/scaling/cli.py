@@ -35,6 +35,10 @@ def run_scaling_cmd(
     mem_budget: Optional[float] = typer.Option(None, "--mem-budget", help="GiB of address space per point "
                                                "(past it: oom)"),
     force: bool = clikit.FORCE,
+    smoke: bool = clikit.flag(False, "--smoke", help="each point kind (attention x mode x dtype) once at the "
+                              "smallest length through the real sweep (child process, memory budget, correctness "
+                              "gate, FLOPs, one timed call) into a temporary store (or --db), then the full "
+                              "sweep's points and estimated time on this machine"),
     shard: Optional[str] = clikit.SHARD,
 ) -> None:
     """Time, peak memory and FLOPs of each attention as N grows, gated on correctness; resumable."""
@@ -47,6 +51,18 @@ def run_scaling_cmd(
     try:
         specs = parse_specs(attn, required=False) if attn is not None else None
         parts = parse_shard(shard)
+        if smoke:
+            from .config import parse_seq_list
+            from .runner import plan_scaling, run_smoke
+
+            plan = plan_scaling(preset, attentions=specs or None, seq=parse_seq_list(seq) if seq else None,
+                                modes=[m.strip() for m in mode.split(",") if m.strip()] if mode else None,
+                                causal=causal,
+                                dtypes=[d.strip() for d in dtype.split(",") if d.strip()] if dtype else None,
+                                device=device, batch=batch, heads=heads, head_dim=head_dim, threads=threads,
+                                time_budget=time_budget, mem_budget_gb=mem_budget)
+            rc = run_smoke(plan, db=db, console=clikit.console)
+            raise typer.Exit(code=rc)
         result = run_cli(shard=parts, attn=specs or None, seq=seq, mode=mode, causal=causal, dtype=dtype, device=device,
                          heads=heads, head_dim=head_dim, batch=batch, threads=threads, preset=preset, db=db,
                          time_budget=time_budget, mem_budget_gb=mem_budget, force=force, console=clikit.console,

@@ -376,3 +376,96 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
     console.print(f"run {(result.run_id or '-')[:12]}: {counts}"
                   + (" — [yellow]interrupted[/]" if result.interrupted else ""))
     return result
+
+
+# ------------------------------------------------------------------------------------------------------ smoke
+SMOKE_TIMING = {"warmup_ms": 1.0, "rep_ms": 1.0, "min_reps": 1, "max_reps": 1}
+
+
+def smoke_plan(plan: ScalingPlan) -> ScalingPlan:
+    """Each point kind of ``plan`` (attention spec x mode x causal x dtype) once, at the plan's smallest length,
+    with one timed repetition: the same child process, correctness gate, first call, FLOP and memory counts."""
+    n0 = min(p.seq_len for p in plan.points)
+    seen, points = set(), []
+    for p in plan.points:
+        key = (p.spec, p.mode, p.causal, p.dtype)
+        if key not in seen:
+            seen.add(key)
+            points.append(dataclasses.replace(p, seq_len=n0))
+    timing = dataclasses.replace(plan.preset.timing, **SMOKE_TIMING)
+    pre = dataclasses.replace(plan.preset, timing=timing)
+    return dataclasses.replace(plan, preset=pre, setting=plan.setting + "-smoke", points=points)
+
+
+def flop_exponent(p: Point, plan: ScalingPlan) -> float:
+    """How a point's FLOPs grow with N (2 for N x N attention, 1 for linear forms), from ``torch.utils.flop_counter``
+    at the correctness gate's length and twice it (in this process, float32, batch 1)."""
+    import math
+
+    import torch
+
+    counts = []
+    n = max(plan.preset.check.seq_len, 16)
+    for length in (n, 2 * n):
+        module = bench.build_attention(p.attention, seq_len=length, heads=plan.preset.heads,
+                                       head_dim=plan.preset.head_dim, causal=p.causal, options=p.options)
+        grad = p.mode == "fwd+bwd"
+        shape = (1, plan.preset.heads, length, plan.preset.head_dim)
+        q, k, v = (torch.randn(shape).requires_grad_(grad) for _ in range(3))
+        counts.append(bench.count_flops(bench.make_step(module, q, k, v, torch.randn(shape) if grad else None)))
+    return math.log2(counts[1] / counts[0]) if counts[0] > 0 and counts[1] > 0 else 1.0
+
+
+def estimate_point_s(p: Point, plan: ScalingPlan, smoke: Measurement, exponent: float) -> float:
+    """Wall seconds of a full-sweep point from the smoke's point of the same kind: the call's time scaled by FLOPs
+    (``(N / N0) ** exponent``), the calls ``measure_point`` makes (first call, counted call, warm-up, the timed
+    repetitions the preset's timing asks for) and the child's fixed cost, capped by the time budget."""
+    m = smoke.metrics
+    t0 = float(m.get("time_median_s") or m.get("first_call_s") or 0.0)
+    n0 = int(smoke.params.get("seq_len") or p.seq_len)
+    fixed = max(float(m.get("wall_s") or 0.0) - 3 * t0, 0.0)
+    t = t0 * (p.seq_len / n0) ** exponent
+    tm = plan.preset.timing
+    reps = max(tm.min_reps, min(tm.max_reps, int(tm.rep_ms / 1000 / t))) if t > 0 else tm.min_reps
+    est = fixed + 2 * t + max(tm.warmup_ms / 1000, t) + reps * t
+    return min(est, plan.preset.time_budget) if plan.preset.time_budget else est
+
+
+def run_smoke(plan: ScalingPlan, *, db: str | None = None, console=None) -> int:
+    """``attnbench run scaling --smoke``: :func:`smoke_plan`'s points through the real sweep (child processes,
+    memory budget, gate) into a temporary store (or ``db``), then the full sweep's size and estimated time on this
+    machine. Returns the exit code (0 ok, 1 a point did not end ok)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from attnbench.smoke import smoke_dirs
+
+    console = console or Console()
+    small = smoke_plan(plan)
+    with smoke_dirs(None, db, "scaling") as d, Store(d.db) as store:
+        console.print(f"[bold]{escape(plan.setting)} smoke[/]: {len(small.points)} point kind(s) at N = "
+                      f"{small.points[0].seq_len} (each in its child process, gate, memory, FLOPs, one timed "
+                      f"call); store {d.db}")
+        result = run_scaling(small, store, force=True, console=console, progress=False,
+                             argv=["attnbench", "run", "scaling", "--smoke"])
+        bad = [r for r in result.records if r.status not in ("ok", "unsupported")]
+        if bad or result.exit_code or len(result.records) != len(small.points):
+            r = bad[0] if bad else None
+            why = (r.error or "").strip().splitlines() if r is not None else []
+            what = (f"{r.attention} {r.task} N={r.params.get('seq_len')}: {r.status}" + (f": {why[-1]}" if why else "")
+                    if r is not None else f"{len(result.records)} of {len(small.points)} points recorded")
+            console.print(f"[bold red]smoke failed:[/] {escape(what)}")
+            return 1
+        by_kind = {(spec_label(r.attention, r.options), r.task, r.dtype): r for r in result.records}
+        exps = {k: flop_exponent(p, plan) for k, p in (((p.spec, p.task, p.dtype), p) for p in small.points)
+                if by_kind[k].status == "ok"}
+        total = sum(estimate_point_s(p, plan, by_kind[k], exps[k]) for p in plan.points
+                    for k in [(p.spec, p.task, p.dtype)] if by_kind[k].status == "ok")
+    from attnbench.smoke import fmt_duration
+
+    lengths = sorted({p.seq_len for p in plan.points})
+    console.print(f"full sweep: {len(plan.points)} points ({len(plan.attentions)} attention(s), N "
+                  f"{lengths[0]}..{lengths[-1]}); about {fmt_duration(total)} on this machine (each point's call time "
+                  f"scaled by its FLOPs from the smoke, plus the timing loop and the child's fixed cost; time "
+                  f"budget {plan.preset.time_budget:g} s per point)")
+    return 0
