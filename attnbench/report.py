@@ -365,7 +365,7 @@ def render_tables(tables: Iterable[TableData], *, console=None, fmt: str = "auto
             shown.append(list(t[1]))
             continue
         dropped = [t[1][i] for i in range(len(t[1])) if i not in cols]
-        console.print(_rich_table(t, cols, style, dropped=dropped))
+        console.print(_rich_table(t, cols, style, dropped=dropped), soft_wrap=False)  # captions fit too
         console.print()
         shown.append([t[1][i] for i in cols])
     return shown

@@ -118,3 +118,78 @@ def test_help_and_list_answer_without_importing_torch(args, expect):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+# --- first contact (issue 27) -------------------------------------------------------------------------------------
+def test_check_formats_keep_every_number_whole(monkeypatch):
+    import json
+
+    from attnbench import checks
+
+    rows = [checks.CheckResult("mirrorla_cross_head_variance_aware", True, "triton", 1023, "float32",
+                               fwd_err=2.2345e-7, bwd_err=1.9876e-6, bound=4.4e-6, status="ok", ref_err=3.1e-8,
+                               worst="dq"),
+            checks.CheckResult("nala", False, "fla", 257, "float32", None, None, 0.0, "skipped",
+                               detail="needs a GPU (Triton kernels; --interpret runs them on the CPU)")]
+    monkeypatch.setattr(checks, "check_all", lambda names, dtype: rows)   # the output path, not the math
+    numbers = ["2.2e-07", "2.0e-06", "3.1e-08", "4.4e-06", "1023"]
+    for fmt in ("json", "tsv", "md", "table"):
+        r = runner.invoke(app, ["check", "--format", fmt], env={"COLUMNS": "80"})
+        assert r.exit_code == 0, r.output
+        if fmt == "json":
+            (table,) = json.loads(r.stdout)
+            assert table["rows"][0]["fwd err"] == "2.2e-07" and "1 agree" in r.stderr
+            continue
+        shown = numbers if fmt != "table" else ["2.2e-07", "2.0e-06", "1023"]
+        assert all(n in r.output for n in shown), (fmt, r.output)
+        assert "…" not in r.output
+        if fmt == "table":  # a terminal of 80 columns: nothing wider, columns dropped (and named) rather than cut
+            table = r.output.splitlines()[:-1]   # the summary line after the table is one line when piped
+            assert max(map(len, table)) <= 80 and "Not shown at this width" in r.output
+    assert runner.invoke(app, ["check", "--format", "xml"]).exit_code == 2
+
+
+def test_table_of_a_store_that_does_not_exist_is_an_error(tmp_path):
+    r = runner.invoke(app, ["table", "lra", "--db", str(tmp_path / "typo.db")])
+    assert r.exit_code == 2 and "no such results store" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_lra_data_dir_that_does_not_exist_is_one_line_and_records_nothing(tmp_path):
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "lra", "--attn", "softmax", "--data-dir", str(tmp_path / "nope"), "--db", str(db)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "--data-dir" in r.output and "no such directory" in r.output and "Looked for" not in r.output
+    assert not db.exists()
+
+
+def test_run_claims_writes_no_committed_file(tmp_path):
+    import subprocess
+
+    from attnbench.store import Store, project_root
+
+    root = project_root()
+    before = subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=root, capture_output=True,
+                            text=True).stdout
+    db = tmp_path / "c.db"
+    r = runner.invoke(app, ["run", "claims", "--only", "nala-nonneg", "--attn", "nala", "--db", str(db)],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    with Store(db) as s:
+        figs = [m.metrics["figure"] for m in s.measurements(suite="claims") if "figure" in m.metrics]
+    assert figs and all(f.startswith("results/runs/claims/") for f in figs), figs
+    after = subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=root, capture_output=True,
+                           text=True).stdout
+    assert after == before
+    r = runner.invoke(app, ["run", "claims", "--update-committed", "--out", str(tmp_path), "--db", str(db)])
+    assert r.exit_code == 2 and "--update-committed" in r.output
+
+
+def test_list_and_table_at_80_columns_keep_names_and_numbers_whole():
+    r = runner.invoke(app, ["list", "--format", "table"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(map(len, lines)) <= 80
+    for name in attnbench.names():
+        assert any(f" {name} " in ln for ln in lines), name
+    r = runner.invoke(app, ["table", "vision"], env={"COLUMNS": "80"})       # piped: markdown, rows whole
+    assert r.exit_code == 0 and "| attention | impl | top-1 |" in r.output
