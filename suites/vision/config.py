@@ -29,12 +29,28 @@ DATA_KINDS = ("digits", "cifar10", "cifar100", "imagenet")
 class DataConfig:
     """``kind``: ``digits`` (scikit-learn's bundled 8x8 digits, upsampled: offline), ``cifar10`` / ``cifar100``
     (python pickles under ``--data-dir``), ``imagenet`` (``train/<wnid>/``, ``val/<wnid>/`` under ``--data-dir``,
-    restricted to ``classes``: an embedded class list such as ``imagenet100``, a file, or a count)."""
+    restricted to ``classes``: an embedded class list such as ``imagenet100``, a file, or a count).
+    ``val_per_class`` (ImageFolder, default 50) / ``val_size`` (CIFAR, default 5000): the validation images carved
+    from the training split; unset, they are left out of the preset's identity."""
 
     kind: str
     image_size: int
     classes: Optional[Union[int, str]] = None
     seed: int = 0  # the train / val / test split
+    val_per_class: Optional[int] = None
+    val_size: Optional[int] = None
+
+    def options(self) -> dict[str, Any]:
+        """The reader's options this config sets (``build_splits(**options)``)."""
+        return {k: v for k, v in (("val_per_class", self.val_per_class), ("val_size", self.val_size))
+                if v is not None}
+
+    def identity(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k in ("val_per_class", "val_size"):  # unset: the identity of the presets written before they existed
+            if d[k] is None:
+                del d[k]
+        return d
 
     def __post_init__(self) -> None:
         if self.kind not in DATA_KINDS:
@@ -100,7 +116,7 @@ class VisionPreset:
 
     def identity(self) -> dict[str, Any]:
         """What a cell trains, besides the attention: recorded and hashed into each cell's identity."""
-        return {"data": dataclasses.asdict(self.data), "model": dataclasses.asdict(self.model),
+        return {"data": self.data.identity(), "model": dataclasses.asdict(self.model),
                 "train": self.train.to_dict(), "recipe": dataclasses.asdict(self.recipe),
                 "sweep": dataclasses.asdict(self.sweep)}
 
@@ -126,3 +142,39 @@ def load_preset(name_or_path: str | Path) -> VisionPreset:
         description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
         attn_options=coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]"),
         path=file)
+
+
+#: What the CPU folder recipe carves for validation from each class of an ImageFolder's train/: a tenth of the
+#: smallest class, between 1 and the readers' default of 50.
+FOLDER_VAL_FRACTION = 10
+FOLDER_KINDS = {"imagenet": "ImageFolder", "cifar10": "CIFAR-10 folder", "cifar100": "CIFAR-100 folder"}
+
+
+def with_folder(pre: VisionPreset, data_dir: Optional[str]) -> VisionPreset:
+    """The CPU recipe on a user's folder: a ``digits`` preset (``tiny``) given ``--data-dir`` reads that folder (an
+    ImageFolder ``DIR/train/<class>/``, ``DIR/val/<class>/`` or CIFAR's python release, detected) with the same
+    ViT, resolution and schedule, the small-image DeiT recipe (``augment = "cifar"``: crop, flip, RandAugment,
+    erasing), setting ``<preset key>/<folder name>``; on an ImageFolder smaller than a batch, the batch is the
+    whole training split. Any other preset, or no folder: ``pre`` unchanged."""
+    if data_dir is None or pre.data.kind != "digits":
+        return pre
+    from .data import class_counts, detect_folder
+
+    kind, root = detect_folder(data_dir)
+    data = dataclasses.replace(pre.data, kind=kind, classes=None)
+    train = pre.train
+    if kind == "imagenet":
+        counts = class_counts(root / "train")
+        if data.val_per_class is None:
+            data = dataclasses.replace(data, val_per_class=max(1, min(50, min(counts.values(), default=0)
+                                                                      // FOLDER_VAL_FRACTION)))
+        n_train = sum(counts.values()) - data.val_per_class * len(counts)
+        if 0 < n_train < train.batch_size:
+            train = dataclasses.replace(train, batch_size=n_train)
+    augment = "cifar" if pre.recipe.augment in ("auto", "none", "crop") else pre.recipe.augment
+    name = Path(data_dir).resolve().name
+    return dataclasses.replace(
+        pre, data=data, train=train, recipe=dataclasses.replace(pre.recipe, augment=augment),
+        setting=f"{pre.key}/{name}", attn_options=pre.attn_options,
+        description=f"the {pre.name} CPU recipe on the {FOLDER_KINDS[kind]} {name} ({pre.data.image_size}x"
+                    f"{pre.data.image_size}, {pre.model.size} ViT, {pre.train.steps} steps)")

@@ -764,6 +764,47 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
                        details={"root": str(root), "classes": described, "val_per_class": val_per_class})
 
 
+# ------------------------------------------------------------------------------------------- folder detection
+
+
+def detect_folder(root: PathLike) -> tuple[str, Path]:
+    """``(kind, root)`` of a user's data folder: ``cifar10`` / ``cifar100`` (the python release, ``root`` or its
+    parent) or ``imagenet`` (an ImageFolder: ``root/train/<class>/``, ``root/val/<class>/``). Anything else is a
+    :class:`VisionDataError` that says what the folder holds and what to do."""
+    root = Path(root)
+    if not root.is_dir():
+        what = "is a file" if root.exists() else "does not exist"
+        raise VisionDataMissingError(f"data folder {root} {what}; expected an ImageFolder ({IMAGENET_LAYOUT}) or "
+                                     f"CIFAR's python release ({CIFAR_LAYOUT[10][4]})")
+    for which in (10, 100):
+        dirname = CIFAR_LAYOUT[which][0]
+        if root.name == dirname or (root / dirname).is_dir():
+            return f"cifar{which}", root
+    if (root / "train").is_dir() and (root / "val").is_dir():
+        return "imagenet", root
+    dirs = _list_class_dirs(root)
+    images = _image_files(root)
+    with_images = [d for d in dirs if _image_files(root / d)]
+    found = (f"{len(dirs)} folder(s)" + (f" ({', '.join(dirs[:4])}{', ...' if len(dirs) > 4 else ''})" if dirs
+                                          else "") + f" and {len(images)} image file(s)")
+    if "train" in dirs or "val" in dirs:
+        missing = "val" if "train" in dirs else "train"
+        todo = f"add {root / missing}/<class>/ with images of the same classes"
+    elif with_images:
+        todo = (f"these look like class folders: split them into {root}/train/<class>/ and {root}/val/<class>/ "
+                f"(the val images are the test set)")
+    else:
+        todo = f"point --data-dir at a folder holding train/ and val/ (ImageFolder) or {CIFAR_LAYOUT[10][0]}/"
+    raise VisionDataError(f"not an image folder this suite reads: found {found}; expected {IMAGENET_LAYOUT} or "
+                          f"ROOT/{CIFAR_LAYOUT[10][4]}; {todo}", path=root)
+
+
+def class_counts(split_dir: PathLike) -> dict[str, int]:
+    """The number of image files in each class folder of ``split_dir``."""
+    split_dir = Path(split_dir)
+    return {d: len(_image_files(split_dir / d)) for d in _list_class_dirs(split_dir)}
+
+
 # ------------------------------------------------------------------------------------------------ dispatcher
 
 
@@ -785,7 +826,9 @@ def build_splits(kind: str, *, root: Optional[PathLike] = None, image_size: Opti
         raise ValueError(f"classes applies to imagenet only, not {kind!r}")
     if kind == "digits":
         if root is not None:
-            raise ValueError("digits is scikit-learn's bundled data and reads no folder; drop root")
+            raise ValueError(f"data kind 'digits' is scikit-learn's bundled images and reads no folder, but one "
+                             f"was given ({root}); leave the folder out, or read it with a preset of kind "
+                             f"cifar10, cifar100 or imagenet")
         return load_digits_splits(size, seed, augment=augment, **options)
     if root is None:
         layout = CIFAR_LAYOUT[10 if kind == "cifar10" else 100][4] if kind != "imagenet" else IMAGENET_LAYOUT

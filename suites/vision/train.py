@@ -32,7 +32,7 @@ from attnbench.train import (Dist, TrainHooks, TrainOrder, TrainTask, default_de
                              train)
 from attnbench.train.memory import PeakMeter
 
-from .config import VisionPreset, load_preset
+from .config import VisionPreset, load_preset, with_folder
 
 SUITE = "vision"
 DEFAULT_WORK = Path("results") / "runs" / "vision"
@@ -46,6 +46,38 @@ def build_model(spec: AttentionSpec | Sequence[AttentionSpec], pre: VisionPreset
     return build_vit(spec, size=m.size, img_size=pre.data.image_size, patch_size=m.patch_size,
                      num_classes=num_classes, global_pool=m.global_pool, drop_rate=m.drop_rate,
                      drop_path_rate=m.drop_path, options=BlockOptions(dwc_kernel=m.dwc_kernel))
+
+
+class FirstItems(torch.utils.data.Dataset):
+    """The first ``n`` items of ``dataset``, with its ``targets``: the short evaluations of a smoke run."""
+
+    def __init__(self, dataset, n: int):
+        self.dataset, self.n = dataset, min(int(n), len(dataset))
+
+    @property
+    def targets(self) -> np.ndarray:
+        return np.asarray(self.dataset.targets)[: self.n]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.dataset[i]
+
+
+def load_splits(pre: VisionPreset, data_dir: Optional[str], *, eval_limit: Optional[int] = None):
+    """The preset's data: its reader, size, split, classes, augmentation and reader options, from ``data_dir``;
+    with ``eval_limit`` the validation and test splits are cut to their first ``eval_limit`` images (smoke)."""
+    from . import data as vision_data
+
+    splits = vision_data.build_splits(pre.data.kind, root=Path(data_dir) if data_dir else None,
+                                      image_size=pre.data.image_size, seed=pre.data.seed, classes=pre.data.classes,
+                                      augment=pre.recipe.augment, **pre.data.options())
+    if eval_limit:
+        splits.val, splits.test = FirstItems(splits.val, eval_limit), FirstItems(splits.test, eval_limit)
+    return splits
 
 
 def tokens_of(pre: VisionPreset) -> int:
@@ -315,21 +347,20 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
                data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
                out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
                hooks: Optional[HooksFor] = None, argv: Optional[list[str]] = None, progress: bool = True,
-               pretrained: Optional[str] = None) -> SweepSummary:
+               pretrained: Optional[str] = None, eval_limit: Optional[int] = None) -> SweepSummary:
     """Train and test the preset's ViT once per attention spec (from the weights of ``pretrained``, a timm /
-    DeiT / torch state dict, if given); see the module docstring."""
+    DeiT / torch state dict, if given); see the module docstring. A ``digits`` preset given ``data_dir`` reads
+    that folder (:func:`.config.with_folder`); ``eval_limit`` cuts validation and test short (smoke runs)."""
     from rich.console import Console
     from rich.markup import escape
 
     from attnbench.store import project_root
 
-    from . import data as vision_data
-
     console = console or Console()
     specs = as_specs(attentions)
     if not specs:
         raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
-    pre = preset if isinstance(preset, VisionPreset) else load_preset(preset)
+    pre = with_folder(preset if isinstance(preset, VisionPreset) else load_preset(preset), data_dir)
     from attnbench.models.vit import VIT_SIZES
 
     size = VIT_SIZES.get(pre.model.size)
@@ -346,9 +377,7 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
     dist = init_dist(device)
     try:
         work = Path(out) if out else project_root() / DEFAULT_WORK
-        splits = vision_data.build_splits(pre.data.kind, root=Path(data_dir) if data_dir else None,
-                                          image_size=pre.data.image_size, seed=pre.data.seed,
-                                          classes=pre.data.classes, augment=pre.recipe.augment)
+        splits = load_splits(pre, data_dir, eval_limit=eval_limit)
         say = console.print if dist.main else (lambda *a, **k: None)
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed {seed}, "
             f"device {device}" + (f", {dist.world} processes" if dist.enabled else "")
