@@ -193,3 +193,24 @@ def test_list_and_table_at_80_columns_keep_names_and_numbers_whole():
         assert any(f" {name} " in ln for ln in lines), name
     r = runner.invoke(app, ["table", "vision"], env={"COLUMNS": "80"})       # piped: markdown, rows whole
     assert r.exit_code == 0 and "| attention | impl | top-1 |" in r.output
+
+
+def test_no_library_progress_bars_when_stderr_is_not_a_terminal(monkeypatch):
+    import subprocess
+    import sys
+
+    code = ("import os, attnbench.clikit; from tqdm import tqdm; "
+            "print(os.environ.get('TQDM_DISABLE'), tqdm(range(1)).disable)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in __import__("os").environ.items() if k != "TQDM_DISABLE"})
+    assert r.stdout.split() == ["1", "True"], r.stdout + r.stderr
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.model import TemplateLM
+
+    from attnbench.suites.lm.evaluate import AttnbenchLM
+
+    seen = {}
+    monkeypatch.setattr(TemplateLM, "loglikelihood", lambda self, requests, disable_tqdm=False:
+                        seen.setdefault("disable_tqdm", disable_tqdm) and [])
+    AttnbenchLM.loglikelihood(object.__new__(AttnbenchLM), [])     # lm-eval passes disable_tqdm=False itself
+    assert seen == {"disable_tqdm": not sys.stderr.isatty()}        # captured by pytest: not a terminal

@@ -158,6 +158,10 @@ class AttnbenchLM(TemplateLM):
     def tokenizer_name(self) -> str:
         return str(self.meta.get("config_hash") or "attnbench")
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        # lm-eval passes disable_tqdm=False explicitly (TQDM_DISABLE cannot override it): no bar in a log file
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm or not sys.stderr.isatty())
+
     def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs: Any) -> list[int]:
         """The tokenizer's ids of ``string``; no special tokens (the empty context is lm-eval's prefix token, the
         end of text)."""
