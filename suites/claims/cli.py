@@ -28,6 +28,9 @@ def run_command(
                                          "ones in results/claims (refreshing the reference results; then export "
                                          "the records as results/claims/README.md says)"),
     shard: Optional[str] = clikit.SHARD,
+    smoke: bool = clikit.flag(False, "--smoke", help="every selected check through the runner on its smallest "
+                              "inputs (figures, records, verdicts), into a temporary store and folder unless "
+                              "--db / --out"),
 ) -> None:
     """Each paper's mechanism-level argument measured on attnbench's implementations: one statistic per (check,
     mechanism, input), a criterion stated before measuring, a verdict (holds / fails / inconclusive) and a figure."""
@@ -47,6 +50,14 @@ def run_command(
                                  "results/claims)")
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
+    if smoke:
+        from .smoke import run_smoke
+
+        try:
+            rc = run_smoke(attentions=specs, only=only, skip=skip, seed=seed, db=db, out=out, console=console)
+        except (AttnbenchError, ValueError, OSError) as e:
+            fail(str(e))
+        raise typer.Exit(code=rc)
 
     def run():
         from .runner import run_claims
