@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-__all__ = ["Result", "check", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary", "ARCH_NAMES"]
+__all__ = ["Result", "check", "classify", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary", "ARCH_NAMES"]
 
 # Largest dynamic shared memory one block may use (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes: CUDA
 # programming guide, "Compute capabilities" table. The same values as FLA's ``Backend`` (A100, H100, Ada).
@@ -366,6 +366,19 @@ def _prepare(fn, args: tuple, kwargs: dict, backend):
     return fn._pack_args(backend, kwargs, bound, specialization, options)
 
 
+def classify(res: Result) -> Result:
+    """Set ``res.status``: FAIL if it needs more shared memory than ``res.smem_limit`` or more registers than the
+    register file holds for its threads, "spill" if ptxas spilled registers, else "ok"."""
+    problems = []
+    if res.shared > res.smem_limit:
+        problems.append(f"needs {res.shared} B of shared memory > {res.smem_limit} B")
+    if res.regs * 32 * res.num_warps > _REGISTER_FILE:
+        problems.append(f"{res.regs} registers x {32 * res.num_warps} threads > {_REGISTER_FILE}")
+    res.status = "FAIL" if problems else "spill" if res.spill else "ok"
+    res.error = "; ".join(problems)
+    return res
+
+
 def _pointer_dtype(signature: dict) -> str:
     kinds = [v[1:] for v in signature.values() if isinstance(v, str) and v.startswith("*")]
     for t in ("bf16", "fp16"):
@@ -454,15 +467,7 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
             kernel, log = _compile(fn, signature, constexprs, attrs, options, target)
             res.shared = int(kernel.metadata.shared)
             res.__dict__.update(parse_ptxas(log, kernel.metadata.name))
-            problems = []
-            if res.shared > limit:
-                problems.append(f"needs {res.shared} B of shared memory > {limit} B")
-            if res.regs * 32 * res.num_warps > _REGISTER_FILE:
-                problems.append(f"{res.regs} registers x {32 * res.num_warps} threads > {_REGISTER_FILE}")
-            if problems:
-                res.status, res.error = "FAIL", "; ".join(problems)
-            elif res.spill:
-                res.status = "spill"
+            classify(res)
         except Exception as e:  # noqa: BLE001 - every failing config is reported, then the check fails
             res.status, res.error = "FAIL", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         res.seconds = time.perf_counter() - t0

@@ -306,7 +306,10 @@ def _bwd_dv_kernel(q, k, do, r, dsT, dv, N, M, D,
 # ----------------------------------------------------------------------------------------------- autograd
 
 
-_TILE_BUDGET = 28672  # live tile elements per program: ~112 registers a thread at 8 warps
+# Live tile elements per program at 8 warps for bfloat16 tiles (half for tiles upcast to float32): no register
+# spill on sm_80 or sm_90 at the presets' shapes, M and D up to 128 (``attnbench check --aot``; M = 256 in
+# float32 / float16 still spills at the smallest tiles: all of M is one tile).
+_TILE_BUDGET = 16384
 
 
 def _shrink(footprint, sizes: dict, order: tuple, budget: int) -> dict:
@@ -325,7 +328,7 @@ def _tiles(M: int, D: int, chunk_size: int, dtype: torch.dtype) -> tuple[dict, d
     """Tiles and launch options of (forward and dv kernels, dq and dk kernels).
 
     BT (tokens per tile) starts at ``chunk_size``, the M / D tiles at 64; the largest is halved until the live tiles fit
-    the register budget of a GPU program (checked by ``benchmarks/bench_kernels.py --compile-check``). A smaller
+    the register budget of a GPU program (checked by ``attnbench check --aot``). A smaller
     tile changes rounding only. Tiles upcast to float32 (float32, float16 inputs) get half the budget; float32 (exact
     dots, which a GPU runs as FMA loops) also runs unpipelined (num_stages=1)."""
     BM, BD = pow2(M), pow2(D)

@@ -134,8 +134,9 @@ def _nala_bwd_kernel(x, g, dx, R, D, lam, tau, eps, BR: tl.constexpr, BD: tl.con
 
 
 def _rows_per_program(D: int) -> tuple[int, int]:
-    """(rows per program, num_warps): about 8 elements per thread, so no register spills on a GPU."""
-    return max(1, min(64, 1024 // pow2(D, 1))), 4
+    """(rows per program, num_warps): about 4 elements per thread, so no register spills on a GPU (at 8 per thread
+    the float32 query backward spilled around sin/cos's slow path on sm_90: ``attnbench check --aot``)."""
+    return max(1, min(64, 1024 // pow2(D, 1))), 8
 
 
 class NaLaFeatureMapFunction(torch.autograd.Function):
