@@ -96,6 +96,8 @@ def parse_ptxas(log: str, name: str | None = None) -> dict:
     parts = _ENTRY.split(log)
     for i in range(1, len(parts) - 1, 2):
         blocks[parts[i]] = parts[i + 1]
+    if not blocks:
+        raise ValueError(f"ptxas log has no entry function:\n{log[:2000]}")
     if name is None:
         if len(blocks) != 1:
             raise ValueError(f"ptxas log has {len(blocks)} entry functions, name one: {sorted(blocks)}")
