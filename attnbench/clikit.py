@@ -86,6 +86,19 @@ def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], 
     return relaunch_under_torchrun(nproc, argv_tail(), console=console)
 
 
+def machine_line() -> None:
+    """Measure this machine (CPU model, ISA, fp32 matmul GFLOP/s; ~0.3 s) and print its line, once per run (rank
+    0 under torchrun); the records of the run carry the measured GFLOP/s, so every table names its machine."""
+    import os
+
+    from rich.markup import escape
+
+    from . import provenance
+
+    if os.environ.get("RANK", "0") == "0":
+        console.print(escape(provenance.machine_line(provenance.machine())))
+
+
 def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str],
            launch: Optional[dict] = None) -> None:
     """The end of every suite's ``run`` command: with ``launch`` (the keyword arguments of :func:`dispatch`),
@@ -99,6 +112,7 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
         check_writable(db)  # before any data is generated or any cell trains
         rc = dispatch(db=db, **launch) if launch else None
         if rc is None:
+            machine_line()
             summary = run()
             if under_torchrun():
                 raise typer.Exit(code=summary.exit_code())

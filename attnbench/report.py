@@ -432,18 +432,22 @@ def table_view(tables: Callable[[list[Measurement], str], list[TableData]], *,
     return View(data=lambda src: tables(src.records, src.label), extra_data=extra, plot=plot)
 
 
-def machine_of(records: Iterable[Measurement]) -> str:
-    """The machines that measured ``records``: the device names (CPU or GPU model) and, where recorded, the
-    measured fp32 matmul GFLOP/s of the machine."""
+def _machine_parts(records: Iterable[Measurement]) -> tuple[list[str], str]:
     names, flops = set(), set()
     for r in records:
         if r.device_name:
             names.add(r.device_name)
-        g = r.metrics.get("matmul_fp32_gflops") or r.params.get("matmul_fp32_gflops")
+        g = r.metrics.get("matmul_fp32_gflops")
         if isinstance(g, (int, float)):
             flops.add(f"{g:.0f}")
-    text = "; ".join(sorted(names)) or "machine not recorded"
-    return text + (f", fp32 matmul {'/'.join(sorted(flops))} GFLOP/s" if flops else "")
+    return sorted(names), (f"fp32 matmul {'/'.join(sorted(flops, key=float))} GFLOP/s" if flops else "")
+
+
+def machine_of(records: Iterable[Measurement]) -> str:
+    """The machines that measured ``records``: the device names (CPU or GPU model) and, where recorded, the fp32
+    matmul GFLOP/s measured when they ran (``metrics["matmul_fp32_gflops"]``)."""
+    names, flops = _machine_parts(records)
+    return ", ".join(p for p in ("; ".join(names) or "machine not recorded", flops) if p)
 
 
 #: The mark of a timing taken while other attnbench processes ran on the same host (see attnbench.sweep).
@@ -470,12 +474,14 @@ def source_tables(view: View, src: Source) -> list[TableData]:
     """The view's tables of ``src``, each title naming the machine that measured it (unless the view's title
     already does) and whether the numbers are the committed reference results or the user's own runs."""
     machine = machine_of(src.records)
-    names = sorted({r.device_name for r in src.records if r.device_name})
+    names, flops = _machine_parts(src.records)
     tag = "committed results" if src.committed else "your runs"
     out = []
     for title, header, rows, cap in view.data(src):
-        if not names or not any(n in title for n in names) or (" GFLOP/s" in machine and "GFLOP/s" not in title):
+        if not names or not all(n in title for n in names):
             title += f" ({machine})"
+        elif flops and "GFLOP/s" not in title:
+            title += f" ({flops})"
         if any(CONTENDED in str(c) for row in rows for c in row):
             cap += (f" {CONTENDED} timed while other attnbench processes ran on the same machine (listed in the "
                     f"record's metrics.concurrent_attnbench): a slower figure, not comparable.")

@@ -311,8 +311,12 @@ class Run:
                metrics: dict | None = None, seed: int | None = None, error: str | None = None,
                started_at: str | None = None, ended_at: str | None = None, setting: str | None = None,
                device: str | None = None, config_hash: str = "") -> Measurement:
-        """A :class:`Measurement` of this run, with the run's provenance filled in."""
+        """A :class:`Measurement` of this run, with the run's provenance filled in (and, when this process measured
+        its machine, the fp32 matmul GFLOP/s as ``metrics["matmul_fp32_gflops"]``: tables name the machine)."""
         env = self.env
+        gflops = ((env.get("host") or {}).get("machine") or {}).get("matmul_fp32_gflops")
+        if gflops is not None and "matmul_fp32_gflops" not in (metrics or {}):
+            metrics = {**(metrics or {}), "matmul_fp32_gflops": gflops}
         return Measurement(
             suite=self.suite, task=task, setting=setting or self.setting, attention=attention, status=status,
             device=device or env.get("device") or "cpu", options=dict(options or {}), impl=impl, dtype=dtype,

@@ -435,6 +435,19 @@ def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
     assert all(t[0].endswith("· your runs") for t in mine)
     eff = [t for t in mine if t[0].startswith("LRA efficiency")]
     assert eff and recs[0].device_name in eff[0][0]
+    # a run whose process measured its machine (every `attnbench run`) records the GFLOP/s; the titles show it
+    from attnbench.store import Run
+
+    run = Run("r", "lra", "lra/tiny", "attnbench", {}, {"device": "cpu", "device_name": "Some CPU",
+                                                          "host": {"machine": {"matmul_fp32_gflops": 214.4}}}, "now")
+    rec = run.record(task="listops", attention="nala", status="ok", metrics={"score": 30.0})
+    assert rec.metrics["matmul_fp32_gflops"] == 214.4
+    import dataclasses
+
+    measured = [dataclasses.replace(r, device_name="Some CPU", metrics={**r.metrics, "matmul_fp32_gflops": 214.4})
+                for r in recs]
+    titles = [t[0] for t in report.source_tables(view, report.Source("your runs (x.db)", measured))]
+    assert all("Some CPU" in t and "fp32 matmul 214 GFLOP/s" in t for t in titles), titles
 
 
 def test_mixa_table_marks_the_best_and_the_insignificant():
