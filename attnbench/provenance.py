@@ -172,6 +172,15 @@ def device_name(device: str) -> str:
     return cpu_name()
 
 
+def thread_counts() -> dict[str, int]:
+    """This process's torch thread counts now, ``{"threads": intra-op, "interop_threads": inter-op}``: stored
+    with every result (:meth:`attnbench.store.Run.record`), since a result's speed, and the order of a parallel
+    reduction (so its last bits), depend on them. The runner sets them once per run; no op changes them."""
+    import torch
+
+    return {"threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads()}
+
+
 def environment(device: str = "cpu", threads: int | None = None) -> dict[str, Any]:
     """The environment block stored with a run (and copied into every record); ``host["machine"]`` is the
     :func:`machine` this process measured last, if it measured one."""

@@ -312,8 +312,12 @@ class Run:
                started_at: str | None = None, ended_at: str | None = None, setting: str | None = None,
                device: str | None = None, config_hash: str = "") -> Measurement:
         """A :class:`Measurement` of this run, with the run's provenance filled in (and, when this process measured
-        its machine, the fp32 matmul GFLOP/s as ``metrics["matmul_fp32_gflops"]``: tables name the machine)."""
+        its machine, the fp32 matmul GFLOP/s as ``metrics["matmul_fp32_gflops"]``: tables name the machine), and
+        the torch thread counts (:func:`attnbench.provenance.thread_counts`: ``metrics["threads"]``,
+        ``metrics["interop_threads"]``) unless the cell recorded its own (measured in a child process)."""
         env = self.env
+        if "threads" not in (metrics or {}):
+            metrics = {**(metrics or {}), **provenance.thread_counts()}
         gflops = ((env.get("host") or {}).get("machine") or {}).get("matmul_fp32_gflops")
         if gflops is not None and "matmul_fp32_gflops" not in (metrics or {}):
             metrics = {**(metrics or {}), "matmul_fp32_gflops": gflops}

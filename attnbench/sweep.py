@@ -20,7 +20,9 @@ rest, the same way for every suite:
   store) lists those processes in ``metrics["concurrent_attnbench"]``, and the tables mark it;
 - one record per cell, a summary line, and :meth:`SweepSummary.exit_code`: 0 when every cell finished ok (or
   was finished before), 1 when any cell failed / was incorrect or when nothing was run at all, 130 when
-  interrupted.
+  interrupted;
+- the run's torch thread count (``threads``) is set once, before any cell, and every record carries the counts
+  in force (``metrics["threads"]``, ``metrics["interop_threads"]``); no op changes them.
 
 Under torchrun every rank runs the loop (the cells train data-parallel); only rank 0 reads and writes the store.
 
@@ -218,13 +220,19 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
               describe: Optional[Callable[[Outcome], str]] = None,
               skipped: Sequence[Outcome] = ()) -> SweepSummary:
     """Run ``cells`` (see the module docstring). ``skipped`` are outcomes decided before the loop (e.g. a task
-    without data), reported with the rest; ``describe(outcome)`` is the suite's one-line report of a cell."""
+    without data), reported with the rest; ``describe(outcome)`` is the suite's one-line report of a cell.
+    ``threads``: torch intra-op threads for the whole run, set here once on every rank (None or 0: the count
+    as it is, torch's default or ``OMP_NUM_THREADS``, per rank under torchrun)."""
     from rich.console import Console
     from rich.markup import escape
 
     from .store import Store
 
     console = console or Console()
+    if threads:  # a run parameter, set once here: no op chooses its own count
+        import torch
+
+        torch.set_num_threads(threads)
     main = dist is None or dist.main
     bcast = (lambda x: x) if dist is None else dist.broadcast
     planned = len(cells)
