@@ -22,6 +22,10 @@ def run_command(
     ablation: bool = clikit.flag(False, "--ablation", help="run the paper's Table 3 stage sets (3, 1+3, 2+3, "
                                  "1+2+3; the preset's [adala] ablation) instead of --stages"),
     preset: str = typer.Option("tiny", "--preset", help="tiny (offline digits teacher, CPU minutes) or a .toml path"),
+    smoke: bool = clikit.flag(False, "--smoke", help="the preset's whole pipeline (teacher, from-scratch model, "
+                              "stages 1-3) on the CPU on a few images written in its real format: 2 steps a stage at "
+                              "batch 2, each stage stopped once and resumed, then the full run's cost on an H100; "
+                              "temporary store and files unless --db / --out"),
     scratch: bool = clikit.flag(True, "--scratch/--no-scratch", help="also measure the vision suite's "
                                 "from-scratch model of each student attention at the pipeline's step budget "
                                 "(trained first if absent)"),
@@ -48,6 +52,17 @@ def run_command(
     from attnbench.store import project_root
     from attnbench.sweep import parse_shard
 
+    if smoke:
+        if data_dir is not None or teacher is not None:
+            fail("--smoke trains its own teacher on small data it writes in the preset's format; drop "
+                 "--data-dir / --teacher")
+        from .smoke import run_smoke
+
+        try:
+            rc = run_smoke(attentions=parse_specs(attn), preset=preset, seed=seed, db=db, out=out, console=console)
+        except (AttnbenchError, ValueError, OSError) as e:
+            fail(str(e))
+        raise typer.Exit(code=rc)
     try:
         specs = parse_specs(attn)
         shard_kn = parse_shard(shard)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +71,7 @@ from attnbench.train import (Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrd
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
 
 SUITE = "adala"
+StageHooks = Union[TrainHooks, Callable[[str, int], TrainHooks]]
 DEFAULT_WORK = Path("results") / "runs" / "adala"
 MAX_CURVE = 500  # points of a stage's recorded training-loss curve (every k-th step beyond that)
 
@@ -233,7 +234,7 @@ def mean_loss(fn: Callable[[torch.Tensor], torch.Tensor], dataset, bs: int, dist
 def measure(model: nn.Module, splits, vpre, device: torch.device, dist: Dist) -> dict:
     """Test top-1 / top-5, parameters, FLOPs per image, inference images/s and the peak memory of one forward at
     the preset's sweep batch (CUDA allocator's peak, else tensor bytes alive at once: the same on any CPU)."""
-    from attnbench.bench import TensorMemory
+    from attnbench.bench.memory import TensorMemory
     from attnbench.suites.vision.train import _majority, evaluate, flops_per_image, inference_throughput
 
     bs = vpre.recipe.eval_batch_size
@@ -359,16 +360,18 @@ def run_stage(k: int, student: nn.Module, teacher: nn.Module, pre: AdalaPreset, 
 
 def run_pipeline(spec: AttentionSpec, stages: tuple[int, ...], teacher: nn.Module, pre: AdalaPreset, vpre, splits,
                  *, seed: int, device: torch.device, dist: Dist, identity: str, work: Path, progress=None,
-                 force: bool = False, hooks: Optional[TrainHooks] = None) -> tuple[nn.Module, dict]:
+                 force: bool = False, hooks: Optional[StageHooks] = None) -> tuple[nn.Module, dict]:
     """``(student, {stage: record})``: the student built from ``teacher`` and trained by ``stages`` in order. A
     finished stage's weights and record are kept under ``work/stages`` until the cell ends, so a rerun of an
-    interrupted cell resumes at the stage it was in (and inside it, from that stage's checkpoint)."""
+    interrupted cell resumes at the stage it was in (and inside it, from that stage's checkpoint). ``hooks``:
+    the trainer hooks of every stage, or ``hooks(cell tag, stage)`` giving each stage its own."""
     torch.manual_seed(seed)
     student = build_student(spec, vpre, splits.num_classes, teacher).to(device)
     teacher = teacher.to(device).eval()
     records: dict = {}
     tag = f"{spec.label.replace(':', '_').replace('/', '_')}-{identity}-seed{seed}"
     for k in stages:
+        stage_hooks = hooks(f"{tag}-{stages_label(stages)}", k) if callable(hooks) else hooks
         done = work / "stages" / f"{tag}-stage{k}.pt"
         if done.is_file() and not force:
             saved = torch.load(done, map_location="cpu", weights_only=False)
@@ -378,7 +381,8 @@ def run_pipeline(spec: AttentionSpec, stages: tuple[int, ...], teacher: nn.Modul
         ckpt = work / "checkpoints" / f"{tag}-stage{k}.pt"
         records[k] = run_stage(k, student, teacher, pre, vpre, splits, seed=seed, device=device, dist=dist,
                                identity=identity, checkpoint=ckpt, progress=progress,
-                               label=f"{spec.label} stage {k}/{stages_label(stages)}", restart=force, hooks=hooks)
+                               label=f"{spec.label} stage {k}/{stages_label(stages)}", restart=force,
+                               hooks=stage_hooks)
         if dist.main:
             done.parent.mkdir(parents=True, exist_ok=True)
             tmp = done.with_suffix(".tmp")
@@ -425,7 +429,7 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPreset, vpre, splits,
-             device: torch.device, work: Path, hooks: Optional[TrainHooks] = None) -> CellResult:
+             device: torch.device, work: Path, hooks: Optional[StageHooks] = None) -> CellResult:
     from attnbench.models.vit import load_pretrained, resolve_impl
     from attnbench.suites.vision.train import build_model
     from attnbench.train.memory import PeakMeter
@@ -496,7 +500,8 @@ def scratch_preset(pre: AdalaPreset, vpre):
                                                                eval_every=ev))
 
 
-def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, *, db, out, seed: int, console) -> Path:
+def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, *, db, out, seed: int, console,
+                data_dir: Optional[str] = None, eval_limit: Optional[int] = None) -> Path:
     from attnbench.suites.vision.train import run_vision
 
     spre = scratch_preset(pre, vpre)
@@ -504,8 +509,8 @@ def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, *, db, out, seed: i
     if found is None:
         console.print(f"from-scratch {spec.label} for {spre.key} at {spre.train.steps} steps: training it (the "
                       f"vision suite)")
-        summary = run_vision(attentions=[spec], preset=spre, db=db, out=out, seed=seed, console=console,
-                             progress=False)
+        summary = run_vision(attentions=[spec], preset=spre, data_dir=data_dir, db=db, out=out, seed=seed,
+                             console=console, progress=False, eval_limit=eval_limit)
         if summary.exit_code():
             raise AttnbenchError(f"training the from-scratch {spec.label} failed: {summary.line()}")
         found = find_vision(spre, spec.label, db, seed)
@@ -520,23 +525,23 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
               scratch: bool = True, data_dir: Optional[str] = None, seed: int = 0, force: bool = False,
               db: Optional[str] = None, out: Optional[str] = None, shard: Optional[tuple[int, int]] = None,
               console=None, argv: Optional[list[str]] = None, progress: bool = True,
-              hooks: Optional[TrainHooks] = None) -> SweepSummary:
+              hooks: Optional[StageHooks] = None, vision=None, eval_limit: Optional[int] = None) -> SweepSummary:
     """Linearise the teacher into each attention spec by the given stages (or Table 3's stage sets with
-    ``ablation``), beside the teacher and the from-scratch model; see the module docstring."""
+    ``ablation``), beside the teacher and the from-scratch model; see the module docstring. ``vision``: a
+    vision preset in place of the preset's (smoke runs); ``eval_limit``: validation and test cut short."""
     from rich.console import Console
     from rich.markup import escape
 
     from attnbench.store import project_root
-    from attnbench.suites.vision import data as vision_data
     from attnbench.suites.vision.teacher import get_teacher
-    from attnbench.suites.vision.train import tokens_of
+    from attnbench.suites.vision.train import load_splits, tokens_of
 
     console = console or Console()
     specs = as_specs(attentions)
     if not specs:
         raise AttnbenchError("give at least one student attention (--attn linear,nala,...)")
     pre = preset if isinstance(preset, AdalaPreset) else load_preset(preset)
-    vpre = pre.load_vision()
+    vpre = vision or pre.load_vision()
     stage_sets = pre.adala.ablation_sets() if ablation else [parse_stages(stages or "1,2,3")]
     from attnbench.models.vit import VIT_SIZES
 
@@ -553,13 +558,13 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
                              f"has no GPU; copy the preset and set precision = \"fp32\"")
     work = Path(out) if out else project_root() / DEFAULT_WORK
     vision_out = str(work / "vision")
-    splits = vision_data.build_splits(vpre.data.kind, root=Path(data_dir) if data_dir else None,
-                                      image_size=vpre.data.image_size, seed=vpre.data.seed,
-                                      classes=vpre.data.classes, augment=vpre.recipe.augment)
+    splits = load_splits(vpre, data_dir, eval_limit=eval_limit)
     # the teacher and the from-scratch models come from the vision suite (trained there first when absent);
     # run_vision opens and closes its own process group, so this happens before ours
-    t = get_teacher(vpre, splits.num_classes, path=teacher, db=db, out=vision_out, seed=seed, console=console)
-    scratch_w = ({s.label: get_scratch(pre, vpre, s, db=db, out=vision_out, seed=seed, console=console)
+    t = get_teacher(vpre, splits.num_classes, path=teacher, db=db, out=vision_out, seed=seed, console=console,
+                    data_dir=data_dir, eval_limit=eval_limit)
+    scratch_w = ({s.label: get_scratch(pre, vpre, s, db=db, out=vision_out, seed=seed, console=console,
+                                       data_dir=data_dir, eval_limit=eval_limit)
                   for s in specs} if scratch else {})
     dist = init_dist(device)
     try:

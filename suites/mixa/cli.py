@@ -19,6 +19,10 @@ def run_command(
     k: Optional[int] = typer.Option(None, "--k", help="layers kept quadratic (ReLU, Eqs. 4-5); default: the "
                                     "preset's (tiny: 2 of 4)"),
     preset: str = typer.Option("tiny", "--preset", help="tiny (offline digits, CPU minutes) or a .toml path"),
+    smoke: bool = clikit.flag(False, "--smoke", help="the preset's whole pipeline (teacher, scores, selection, the "
+                              "mix and its controls) on the CPU on a few images written in its real format: 2 steps "
+                              "at batch 2, each fine-tune stopped once and resumed, then the full run's cost on an "
+                              "H100; temporary store and files unless --db / --out"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="the vision preset's data folder (not needed "
                                            "for tiny)"),
     seed: int = clikit.SEED,
@@ -33,6 +37,17 @@ def run_command(
 
     from attnbench.sweep import parse_shard
 
+    if smoke:
+        if data_dir is not None or teacher is not None:
+            fail("--smoke trains its own teacher on small data it writes in the preset's format; drop "
+                 "--data-dir / --teacher")
+        from .smoke import run_smoke
+
+        try:
+            rc = run_smoke(preset=preset, k=k, seed=seed, db=db, out=out, console=console)
+        except (AttnbenchError, ValueError, OSError) as e:
+            fail(str(e))
+        raise typer.Exit(code=rc)
     try:
         shard_kn = parse_shard(shard)
         from .config import load_preset

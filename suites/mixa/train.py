@@ -109,8 +109,8 @@ def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerS
 
 def _inference_memory(model: torch.nn.Module, image_size: int, batch: int, device: torch.device) -> int:
     """Peak bytes of one forward at ``batch`` images: the CUDA allocator's peak, else tensor bytes alive at once
-    (:class:`attnbench.bench.TensorMemory`, the same on any CPU)."""
-    from attnbench.bench import TensorMemory
+    (:class:`attnbench.bench.memory.TensorMemory`, the same on any CPU)."""
+    from attnbench.bench.memory import TensorMemory
 
     was = model.training
     model.eval()
@@ -130,7 +130,8 @@ def _inference_memory(model: torch.nn.Module, image_size: int, batch: int, devic
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, teacher_path: Path,
-             teacher_top1: Optional[float], scores: mixa_score.LayerScores, device: torch.device, work: Path) -> CellResult:
+             teacher_top1: Optional[float], scores: mixa_score.LayerScores, device: torch.device, work: Path,
+             hooks=None) -> CellResult:
     from attnbench.models.vit import load_pretrained, resolve_impl
     from attnbench.suites.vision.train import (StepBatches, _majority, _recipe_loss, build_model, evaluate,
                                                flops_per_image, inference_throughput)
@@ -190,7 +191,8 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
         ckpt = work / "checkpoints" / slug / f"{cell.attention.replace(':', '_').replace('=', '')}-{cell.config_hash}.pt"
         result = train(model, pre.train, TrainTask(batch, loss, validate), seed=cell.seed, device=device,
                        identity=cell.config_hash, checkpoint=ckpt, dist=dist, teacher=teacher,
-                       progress=ctx.progress, label=cell.label, restart=ctx.force)
+                       progress=ctx.progress, label=cell.label, restart=ctx.force,
+                       hooks=hooks(cell.task, cell.attention) if hooks else None)
         test = evaluate(model, splits.test, eval_bs, dist, device)
         st = result.state
         last = st.history[-1] if st.history else {}
@@ -220,18 +222,19 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
 def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None, k: Optional[int] = None,
              data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
              out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
-             argv: Optional[list[str]] = None, progress: bool = True) -> SweepSummary:
+             argv: Optional[list[str]] = None, progress: bool = True, hooks=None,
+             eval_limit: Optional[int] = None) -> SweepSummary:
     """Score, select, and fine-tune MixA and its controls from ``teacher`` (a softmax ViT checkpoint of the
     vision preset's size; default: the vision suite's softmax model of that preset, trained first if the store
-    has none). ``k`` overrides the preset's."""
+    has none). ``k`` overrides the preset's. ``hooks(task, attention)``: trainer hooks of a variant's fine-tune;
+    ``eval_limit``: validation and test cut to their first images (smoke runs)."""
     from rich.console import Console
     from rich.markup import escape
 
     from attnbench.models.vit import VIT_SIZES
     from attnbench.store import project_root
-    from attnbench.suites.vision import data as vision_data
     from attnbench.suites.vision.teacher import get_teacher
-    from attnbench.suites.vision.train import evaluate
+    from attnbench.suites.vision.train import evaluate, load_splits
 
     console = console or Console()
     pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)
@@ -251,12 +254,10 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
         raise AttnbenchError(f"preset {pre.name}: precision {pre.train.precision!r} is autocast on CUDA only and "
                              f"this machine has no GPU; copy the preset and set [train] precision = \"fp32\"")
     work = Path(out) if out else project_root() / DEFAULT_WORK
-    splits = vision_data.build_splits(vp.data.kind, root=Path(data_dir) if data_dir else None,
-                                      image_size=vp.data.image_size, seed=vp.data.seed, classes=vp.data.classes,
-                                      augment=vp.recipe.augment)
+    splits = load_splits(vp, data_dir, eval_limit=eval_limit)
     # the teacher first (it may be trained by the vision suite, which sets up and tears down its own processes)
     t = get_teacher(vp, splits.num_classes, path=teacher, db=db, out=out and str(Path(out) / "teacher"), seed=seed,
-                    console=console)
+                    console=console, data_dir=data_dir, eval_limit=eval_limit)
     dist = init_dist(device)
     try:
         say = console.print if dist.main else (lambda *a, **kw: None)
@@ -281,8 +282,8 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
                   "scores": scores.scores, "selected_layers": selected, **pre.identity()}
 
         def one(cell: Cell, ctx: CellContext) -> CellResult:
-            return run_cell(cell, ctx, splits=splits, pre=pre, teacher=tmodel, teacher_path=t.path, teacher_top1=teacher_top1,
-                            scores=scores, device=device, work=work)
+            return run_cell(cell, ctx, splits=splits, pre=pre, teacher=tmodel, teacher_path=t.path,
+                            teacher_top1=teacher_top1, scores=scores, device=device, work=work, hooks=hooks)
 
         return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
                          threads=torch.get_num_threads(), force=force, shard=shard, console=console,

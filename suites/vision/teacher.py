@@ -40,8 +40,10 @@ def find_trained(pre: VisionPreset, db: Optional[str], seed: int = 0) -> Optiona
 
 
 def get_teacher(pre: VisionPreset, num_classes: int, *, path: Optional[str] = None, db: Optional[str] = None,
-                out: Optional[str] = None, seed: int = 0, console=None) -> Teacher:
-    """``path`` if given, else the store's softmax model of ``pre``, else train one now (``run vision``)."""
+                out: Optional[str] = None, seed: int = 0, console=None, data_dir: Optional[str] = None,
+                eval_limit: Optional[int] = None) -> Teacher:
+    """``path`` if given, else the store's softmax model of ``pre``, else train one now (``run vision`` on
+    ``data_dir``, evaluations cut to ``eval_limit`` images if given)."""
     from attnbench.models.vit import load_pretrained
 
     from .train import build_model, run_vision
@@ -54,8 +56,8 @@ def get_teacher(pre: VisionPreset, num_classes: int, *, path: Optional[str] = No
             if console is not None:
                 console.print(f"no softmax teacher for {pre.key} in the store: training it first (attnbench run "
                               f"vision --attn softmax --preset {pre.name})")
-            summary = run_vision(attentions=["softmax"], preset=pre, db=db, out=out, seed=seed, console=console,
-                                 progress=False)
+            summary = run_vision(attentions=["softmax"], preset=pre, data_dir=data_dir, db=db, out=out, seed=seed,
+                                 console=console, progress=False, eval_limit=eval_limit)
             if summary.exit_code():
                 raise AttnbenchError(f"training the softmax teacher failed: {summary.line()}")
             found = find_trained(pre, db, seed)

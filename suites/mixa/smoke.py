@@ -1,0 +1,100 @@
+"""``attnbench run mixa --smoke``: the whole MixA pipeline of a preset on the CPU before a user's GPU run.
+
+The vision preset's data is written in its real format and shortened as ``run vision --smoke`` does
+(:mod:`attnbench.suites.vision.smoke`); then :func:`.train.run_mixa` runs everything the preset runs: the softmax
+teacher trained by the vision suite, Eq. 3's layer scores (``score.batches`` batches, at most 2, of 2 images), the
+top-k selection, the KD fine-tune of the mix and of every control (all-SteLLA, last-k, each random-k seed) at the
+preset's model size and resolution, the evaluations and the store: 2 steps at a batch of 2 in float32, a
+checkpoint every step. Each variant's fine-tune is stopped once inside step 2 and the rerun must resume it from
+its step-1 checkpoint. Then the full run's cost: the teacher's vision run and each variant's fine-tune.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from .config import MixaPreset, load_preset
+
+
+def smoke_preset(pre: MixaPreset) -> MixaPreset:
+    from attnbench.suites.vision import smoke as vsmoke
+
+    t = pre.train
+    train = dataclasses.replace(t, steps=vsmoke.SMOKE_STEPS, batch_size=vsmoke.SMOKE_BATCH,
+                                micro_batch_size=1 if t.micro_batch_size else 0, precision="fp32",
+                                warmup=1 if t.warmup else 0, eval_every=vsmoke.SMOKE_STEPS, checkpoint_every=1,
+                                patience=0, min_steps=0)
+    score = dataclasses.replace(pre.score, batches=min(pre.score.batches, 2), batch_size=vsmoke.SMOKE_BATCH)
+    return dataclasses.replace(pre, vision=vsmoke.smoke_preset(pre.vision), train=train, score=score,
+                               setting=f"{pre.key}-smoke")
+
+
+def variant_costs(pre: MixaPreset, outcomes, num_classes: int) -> list[tuple[str, object]]:
+    """``[(what, FullRunCost)]``: the teacher's vision run, then each variant's fine-tune (student forward +
+    backward and the teacher's forward, per image) at the preset's steps."""
+    import torch
+
+    from attnbench.smoke import FullRunCost, train_flops
+    from attnbench.spec import parse_spec
+    from attnbench.suites.vision.smoke import full_run_cost
+    from attnbench.suites.vision.train import build_model
+
+    vp = pre.vision
+    teacher = build_model(parse_spec("softmax"), vp, num_classes).eval()
+    x = torch.randn(1, 3, vp.data.image_size, vp.data.image_size)
+    with torch.no_grad():
+        teacher_flops = train_flops(lambda: teacher(x))
+    out = [("teacher (vision run)", full_run_cost(vp, parse_spec("softmax"), num_classes))]
+    for o in outcomes:
+        if o.cell.payload is None:
+            continue
+        student = build_model([parse_spec(s) for s in o.cell.params["specs"]], vp, num_classes)
+        flops = train_flops(lambda: student(x).float().sum().backward()) + teacher_flops
+        out.append((o.cell.attention, FullRunCost(steps=pre.train.steps, items_per_step=pre.train.batch_size,
+                                                  unit="images", train_flops_per_item=float(flops))))
+    return out
+
+
+def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[str] = None,
+              out: Optional[str] = None, console=None, gpu: str = "H100") -> int:
+    """Run the smoke (module docstring); returns the exit code (0 ok, 1 a cell failed or did not resume)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from attnbench.smoke import StopOnce, first_failure, smoke_dirs
+    from attnbench.suites.vision import smoke as vsmoke
+
+    from .train import run_mixa
+
+    console = console or Console()
+    pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)
+    small = smoke_preset(pre)
+    vp = pre.vision
+    with smoke_dirs(out, db, "mixa") as d:
+        data_dir = vsmoke.write_data(small.vision, d.data)
+        console.print(f"[bold]mixa {escape(pre.key)} smoke[/]: teacher {escape(vp.key)} ({vp.model.size} ViT, "
+                      f"{vp.data.image_size}x{vp.data.image_size}); scores, selection, the mix and its controls, "
+                      f"{vsmoke.SMOKE_STEPS} steps at batch {vsmoke.SMOKE_BATCH}, float32, CPU; store {escape(d.db)}")
+        stop = StopOnce(at=2)
+        kw = dict(preset=small, k=k, data_dir=str(data_dir) if data_dir else None, seed=seed, db=d.db,
+                  out=str(d.work), console=console, progress=False, eval_limit=vsmoke.EVAL_LIMIT)
+        console.print("[dim]attempt 1: each variant stops inside step 2, after its step-1 checkpoint[/]")
+        first = run_mixa(**kw, hooks=lambda task, attention: stop.hooks((task, attention)))
+        bad = first_failure([o for o in first.outcomes if o.result.status != "interrupted"])
+        if bad is None:
+            console.print("[dim]attempt 2: each variant resumes from its checkpoint[/]")
+            second = run_mixa(**kw)
+            ran = [o for o in second.outcomes if not o.skipped]
+            bad = first_failure(ran) or next(iter(stop.check_resumed(ran)), None)
+            if bad is None and len(ran) < len(second.outcomes) - 1:
+                bad = f"{len(second.outcomes) - len(ran)} cells did not rerun (only the teacher should be done)"
+        if bad is not None:
+            console.print(f"[bold red]smoke failed:[/] {escape(bad)}")
+            return 1
+        num_classes = ran[0].result.metrics["num_classes"]
+        costs = variant_costs(pre, ran, num_classes)
+    for what, cost in costs:
+        console.print(f"  {escape(what)}: {escape(cost.line(gpu))}")
+    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its whole pipeline on the CPU")
+    return 0
