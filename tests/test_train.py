@@ -289,20 +289,3 @@ def test_ema_is_what_is_evaluated_and_resumes_bit_identical(tmp_path):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="ema_decay"):
         TrainConfig(steps=3, batch_size=8, lr=0.1, ema_decay=1.0)
-
-
-def test_training_pins_the_thread_count_whatever_the_load(monkeypatch):
-    """The blocked ops drop threads when other processes run (ops/threads.py); inside the trainer they must not,
-    or a resumed run's numerics would depend on what else the machine was doing."""
-    import torch
-
-    from attnbench.ops import threads
-
-    if torch.get_num_threads() < 2:
-        torch.set_num_threads(2)
-    monkeypatch.setattr(threads, "_others_running", lambda: 1)
-    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    with threads.threads_for_load() as n:
-        assert n == 1                              # one CPU busy elsewhere: adapt
-    with threads.fixed_threads(), threads.threads_for_load() as n:
-        assert n == torch.get_num_threads() >= 2   # pinned

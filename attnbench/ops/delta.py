@@ -36,7 +36,6 @@ v's dtype; the final state in that compute dtype (float32 for FLA, as FLA return
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import numbers
@@ -45,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from .elementwise import exp_floored
-from .threads import one_thread, threads_for_load
+from .threads import one_thread
 from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
 
 DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
@@ -238,15 +237,14 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     # tensor in the backward, each)
     blocks = zip(*(t.split(chunks * C, dim=2) for t in (q, k, v, beta)),
                  g.split(chunks * C, dim=2) if g is not None else [None] * n)
-    with threads_for_load() if n > 1 else contextlib.nullcontext():  # many small ops: only the idle CPUs
-        for c0, (qb, kb, vb, bb, gb) in zip(range(0, n, chunks), blocks):
-            c1 = min(n, c0 + chunks)
-            o_blk, S = _delta_block(qb, kb, vb, bb, gb, S, scale, C, track)
-            o_blk = o_blk.reshape(c1 - c0, BH, C, Dv).transpose(0, 1)         # [BH, m, C, Dv]
-            if track:
-                outs.append(o_blk)
-            else:
-                o[:, c0:c1] = o_blk
+    for c0, (qb, kb, vb, bb, gb) in zip(range(0, n, chunks), blocks):
+        c1 = min(n, c0 + chunks)
+        o_blk, S = _delta_block(qb, kb, vb, bb, gb, S, scale, C, track)
+        o_blk = o_blk.reshape(c1 - c0, BH, C, Dv).transpose(0, 1)         # [BH, m, C, Dv]
+        if track:
+            outs.append(o_blk)
+        else:
+            o[:, c0:c1] = o_blk
     if track:
         o = torch.cat(outs, dim=1)                                            # [BH, n, C, Dv]
     o = o.reshape(B, H, n * C, Dv)[:, :, :N]                                  # [B, H, N, Dv]
@@ -305,10 +303,10 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     # [Y_V, Y_K] = (I + L')^{-1} [V, diag(e^G) K]. The inverse's transpose X = (I + L'^T)^{-1} by LAPACK's trsm
     # (X (I + LT) = I, LT = L'^T upper-triangular: this way round the operands reach its column-major layout
     # without a transposing copy; unitriangular=True supplies the unit diagonal, LT's diagonal and lower triangle
-    # are never read), on one thread (ops.threads.one_thread), then Y = X^T R by one matmul on all threads.
-    # Measured on a 2-core AMD EPYC (AVX2): the solve for both right-hand sides took 1.4-3.5x longer on two
-    # threads than on one, and inverse + matmul is ~1.15x faster than that solve on one thread. (FLA's chunk
-    # forms also invert I + L explicitly.)
+    # are never read), on one thread (ops.threads.one_thread: LAPACK solves the small matrices one by one, each
+    # too small to share between threads), then Y = X^T R by one matmul on the run's threads; inverse + matmul
+    # beat solving for both right-hand sides (benchmarks/bench_delta_rule.py). (FLA's chunk forms also invert
+    # I + L explicitly.)
     with one_thread(LT.device.type == "cpu"):
         X = torch.linalg.solve_triangular(LT, torch.eye(C, dtype=LT.dtype, device=LT.device).expand_as(LT),
                                           upper=True, left=False, unitriangular=True)  # [m BH, C, C]

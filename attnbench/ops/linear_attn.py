@@ -34,8 +34,6 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .threads import threads_for_load
-
 
 def _counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
     """c_t of the module docstring, shaped [N, 1] to broadcast over [B, H, N, 1]."""
@@ -222,10 +220,7 @@ def linear_attention_blocked(map_q: Callable[[int, int], torch.Tensor | tuple[to
     """
     if scale is not None and (causal or normalize):
         raise ValueError("linear_attention_blocked: 'scale' is for the bidirectional unnormalised form only")
-    if v.shape[-2] <= block_size:  # one block: as few ops as the plain form
-        return _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale)
-    with threads_for_load():
-        return _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale)
+    return _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale)
 
 
 def _blocked(map_q, map_k, v, causal, normalize, eps, chunk_size, block_size, scale):
@@ -457,28 +452,27 @@ class _Recomputed(torch.autograd.Function):
             map_q, map_k = inference_maps
         else:
             map_q, map_k = (lambda s, e: phi_q.phi(q[:, :, s:e], s)), (lambda s, e: phi_k.phi(k[:, :, s:e], s))
-        with threads_for_load():
-            S = z = None
-            for s, e in _bounds(n, block_size):
-                fk = map_k(s, e)                                                  # [B, H, b, M]
-                S_b = fk.transpose(-1, -2) @ v[:, :, s:e]                         # [B, H, M, D]
-                S = S_b if S is None else S.add_(S_b)
-                if normalize:
-                    z_b = fk.sum(-2).unsqueeze(-1)                                # [B, H, M, 1]
-                    z = z_b if z is None else z.add_(z_b)
-            Sq, zq = _query_state(S, z, n, scale)
-            if groups is not None:
-                Sq, zq = groups.state(Sq, zq)                                     # [B, H, M, D], [B, H, M, G]
-            G = 1 if groups is None else len(groups.perms)
-            out = v.new_empty(B, H, n, D)
-            for s, e in _bounds(n, block_size):
-                fq = map_q(s, e)
-                if not normalize:
-                    torch.matmul(fq, Sq, out=out[:, :, s:e])
-                    continue
-                den = safe_den(fq @ zq, eps, inplace=True)                        # [B, H, b, G] mean score
-                torch.div((fq @ Sq).unflatten(-1, (G, D // G)), den.unsqueeze(-1),
-                          out=out[:, :, s:e].unflatten(-1, (G, D // G)))
+        S = z = None
+        for s, e in _bounds(n, block_size):
+            fk = map_k(s, e)                                                  # [B, H, b, M]
+            S_b = fk.transpose(-1, -2) @ v[:, :, s:e]                         # [B, H, M, D]
+            S = S_b if S is None else S.add_(S_b)
+            if normalize:
+                z_b = fk.sum(-2).unsqueeze(-1)                                # [B, H, M, 1]
+                z = z_b if z is None else z.add_(z_b)
+        Sq, zq = _query_state(S, z, n, scale)
+        if groups is not None:
+            Sq, zq = groups.state(Sq, zq)                                     # [B, H, M, D], [B, H, M, G]
+        G = 1 if groups is None else len(groups.perms)
+        out = v.new_empty(B, H, n, D)
+        for s, e in _bounds(n, block_size):
+            fq = map_q(s, e)
+            if not normalize:
+                torch.matmul(fq, Sq, out=out[:, :, s:e])
+                continue
+            den = safe_den(fq @ zq, eps, inplace=True)                        # [B, H, b, G] mean score
+            torch.div((fq @ Sq).unflatten(-1, (G, D // G)), den.unsqueeze(-1),
+                      out=out[:, :, s:e].unflatten(-1, (G, D // G)))
         ctx.cfg = cfg
         ctx.save_for_backward(q, k, v, scale, S, z, out if normalize else None, *tensors)
         return out
@@ -522,49 +516,48 @@ class _Recomputed(torch.autograd.Function):
                         grad_t[i] = gt if grad_t[i] is None else grad_t[i] + gt
             return feats.detach(), vjp
 
-        with threads_for_load():
-            Sq, zq = _query_state(S, z, n, scale)
-            Sp, zp = (Sq, zq) if groups is None else groups.state(Sq, zq)        # [B, H, M, D], [B, H, M, G]
-            dSp = torch.zeros_like(Sp)
-            if normalize:
-                dzp = torch.zeros_like(zp)
-            for s, e in _bounds(n, block_size):                                   # query blocks
-                fq, vjp = features(phi_q, q, s, e, need_q)
-                gb = grad[:, :, s:e]
-                if normalize:  # r = 1 / den again from the features (the forward's may differ by a per-token
-                    # factor that cancels in the output: inference maps may leave it out)
-                    den = (fq @ zp).add_(eps)                                     # [B, H, b, G]
-                    zero = den == 0
-                    r = den.masked_fill_(zero, 1.0).reciprocal_()                 # 1 / safe_den
-                    dden = (gb * out[:, :, s:e]).unflatten(-1, (G, D // G)).sum(-1).mul_(r).neg_()  # [B, H, b, G]
-                    dden.masked_fill_(zero, 0.0)
-                    dnum = gb * r if G == 1 else (gb.unflatten(-1, (G, D // G)) * r.unsqueeze(-1)).flatten(-2)
-                    dzp.add_(fq.transpose(-1, -2) @ dden)
-                else:
-                    dnum = gb
-                dSp.add_(fq.transpose(-1, -2) @ dnum)
-                if vjp is not None:
-                    dfq = dnum @ Sp.transpose(-1, -2)                             # [B, H, b, M]
-                    if normalize:  # the mean score's z
-                        dfq.add_(dden * zp.transpose(-1, -2) if G == 1 else dden @ zp.transpose(-1, -2))
-                    vjp(dfq, dq[:, :, s:e] if need_q else None)
-            dSq, dzq = (dSp, dzp if normalize else None) if groups is None else \
-                groups.unpermute(dSp, dzp if normalize else None)
-            dscale = None
-            if normalize:
-                dS, dz = dSq.div_(n), dzq.div_(n).transpose(-1, -2)               # [B, H, M, D], [B, H, 1, M]
-            elif scale is not None:
-                dscale = (dSq * S).sum().reshape(scale.shape) if need_scale else None
-                dS = dSq.mul_(scale)
+        Sq, zq = _query_state(S, z, n, scale)
+        Sp, zp = (Sq, zq) if groups is None else groups.state(Sq, zq)        # [B, H, M, D], [B, H, M, G]
+        dSp = torch.zeros_like(Sp)
+        if normalize:
+            dzp = torch.zeros_like(zp)
+        for s, e in _bounds(n, block_size):                                   # query blocks
+            fq, vjp = features(phi_q, q, s, e, need_q)
+            gb = grad[:, :, s:e]
+            if normalize:  # r = 1 / den again from the features (the forward's may differ by a per-token
+                # factor that cancels in the output: inference maps may leave it out)
+                den = (fq @ zp).add_(eps)                                     # [B, H, b, G]
+                zero = den == 0
+                r = den.masked_fill_(zero, 1.0).reciprocal_()                 # 1 / safe_den
+                dden = (gb * out[:, :, s:e]).unflatten(-1, (G, D // G)).sum(-1).mul_(r).neg_()  # [B, H, b, G]
+                dden.masked_fill_(zero, 0.0)
+                dnum = gb * r if G == 1 else (gb.unflatten(-1, (G, D // G)) * r.unsqueeze(-1)).flatten(-2)
+                dzp.add_(fq.transpose(-1, -2) @ dden)
             else:
-                dS = dSq
-            for s, e in _bounds(n, block_size):                                   # key blocks
-                fk, vjp = features(phi_k, k, s, e, need_k)
-                if need_v:
-                    dv[:, :, s:e] = fk @ dS
-                if vjp is not None:
-                    dfk = v[:, :, s:e] @ dS.transpose(-1, -2)                     # [B, H, b, M]
-                    vjp(dfk.add_(dz) if normalize else dfk, dk[:, :, s:e] if need_k else None)
+                dnum = gb
+            dSp.add_(fq.transpose(-1, -2) @ dnum)
+            if vjp is not None:
+                dfq = dnum @ Sp.transpose(-1, -2)                             # [B, H, b, M]
+                if normalize:  # the mean score's z
+                    dfq.add_(dden * zp.transpose(-1, -2) if G == 1 else dden @ zp.transpose(-1, -2))
+                vjp(dfq, dq[:, :, s:e] if need_q else None)
+        dSq, dzq = (dSp, dzp if normalize else None) if groups is None else \
+            groups.unpermute(dSp, dzp if normalize else None)
+        dscale = None
+        if normalize:
+            dS, dz = dSq.div_(n), dzq.div_(n).transpose(-1, -2)               # [B, H, M, D], [B, H, 1, M]
+        elif scale is not None:
+            dscale = (dSq * S).sum().reshape(scale.shape) if need_scale else None
+            dS = dSq.mul_(scale)
+        else:
+            dS = dSq
+        for s, e in _bounds(n, block_size):                                   # key blocks
+            fk, vjp = features(phi_k, k, s, e, need_k)
+            if need_v:
+                dv[:, :, s:e] = fk @ dS
+            if vjp is not None:
+                dfk = v[:, :, s:e] @ dS.transpose(-1, -2)                     # [B, H, b, M]
+                vjp(dfk.add_(dz) if normalize else dfk, dk[:, :, s:e] if need_k else None)
         grads_t = iter(grad_t)
         return (None, dq, dk, dv, dscale, *[next(grads_t) if need else None for need in need_t])
 

@@ -325,10 +325,6 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
                                 info=f"resumed at step {st.step}" if st.resumed_from else "")
     better = (lambda a, b: a > b) if cfg.mode == "max" else (lambda a, b: a < b)
     model.train()
-    from ..ops.threads import fixed_threads
-
-    pinned = fixed_threads()  # no load-dependent thread counts: resume stays bit-exact on a busy machine
-    pinned.__enter__()
     try:
         while st.step < cfg.steps and not st.stopped_early:
             step = st.step
@@ -399,7 +395,6 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
                 progress.update(bar, completed=step,
                                 info=f"loss {np.mean(st.recent_losses):.3f} · {rate:.0f} {task.unit}/s{best}")
     finally:
-        pinned.__exit__(None, None, None)
         if bar is not None:
             progress.remove_task(bar)
     if best_weights is not None:
