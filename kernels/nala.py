@@ -133,10 +133,11 @@ def _nala_bwd_kernel(x, g, dx, R, D, lam, tau, eps, BR: tl.constexpr, BD: tl.con
     tl.store(dx + rows[:, None] * D + cols[None, :], bdx, mask=mask)
 
 
-def _rows_per_program(D: int) -> tuple[int, int]:
-    """(rows per program, num_warps): about 4 elements per thread, so no register spills on a GPU (at 8 per thread
-    the float32 query backward spilled around sin/cos's slow path on sm_90: ``attnbench check --aot``)."""
-    return max(1, min(64, 1024 // pow2(D, 1))), 8
+def _rows_per_program(D: int, backward: bool = False) -> tuple[int, int]:
+    """(rows per program, num_warps): about 8 elements per thread in the forward, 4 in the backward. No register
+    spill on sm_80 or sm_90 (``attnbench check --aot``); ptxas spills around sin/cos's slow-path call otherwise:
+    the forward with fewer elements per thread, the float32 query backward with more (sm_90)."""
+    return max(1, min(64, (512 if backward else 1024) // pow2(D, 1))), 4
 
 
 class NaLaFeatureMapFunction(torch.autograd.Function):
@@ -167,7 +168,7 @@ class NaLaFeatureMapFunction(torch.autograd.Function):
         D = x.shape[-1]
         R = x.numel() // D
         dx = torch.empty_like(x)                                             # [..., D]
-        BR, warps = _rows_per_program(D)
+        BR, warps = _rows_per_program(D, backward=True)
         _nala_bwd_kernel[(-(-R // BR),)](x, g, dx, R, D, float(lam), float(tau), float(eps),
                                          BR=BR, BD=pow2(D, 1), IS_QUERY=bool(is_query), num_warps=warps)
         return dx, None, None, None, None, None
