@@ -1,12 +1,15 @@
-"""How much each form slows down when another busy process shares the CPUs, measured in one run.
+"""How much each form slows down when another busy process shares the CPUs, at each torch thread count,
+measured in one run.
 
-    python benchmarks/bench_contention.py [--n 16384] [--rounds 7] [--threads 2] [--busy-threads 1]
+    python benchmarks/bench_contention.py [--n 16384] [--rounds 7] [--threads 1 2] [--busy-threads 1]
 
 A busy child process (``--busy-threads`` threads of a pure spin loop) runs for the whole benchmark and is paused
-and resumed (SIGSTOP / SIGCONT) round by round: every round times each form once with the machine quiet and once
-with the busy process running, so both states and all forms are interleaved. Per form the slowdown is
-median(contended) / median(quiet); the target (issue 16) is that attnbench's blocked path degrades no worse than
-the plain PyTorch form of the same math:
+and resumed (SIGSTOP / SIGCONT) round by round: every round times each form at each thread count once with the
+machine quiet and once with the busy process running, so states, counts and forms are interleaved. Per form and
+count the slowdown is median(contended) / median(quiet); the target (issue 16) is that attnbench's blocked path
+degrades no worse than the plain PyTorch form of the same math at the same count. The ops never adapt their
+thread count to the load (issue 24): the count is a run's parameter, and this study is what to choose it by on
+a shared machine. The forms compared:
 
 - linear bidirectional: attnbench (features block by block) vs the plain form (ELU+1 on the whole sequence,
   then ``phi(q) (phi(k)^T v)``);
@@ -68,10 +71,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts to compare")
     ap.add_argument("--busy-threads", type=int, default=1, help="spinning processes competing for the CPUs")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    if any(t < 1 for t in args.threads):
+        ap.error(f"--threads: every count must be >= 1, got {args.threads}")
+    torch.set_num_threads(max(args.threads))
     print(machine_line(machine()))
     fns, pairs = forms(args.n)
     with torch.no_grad():
@@ -83,36 +88,42 @@ def main(argv=None) -> int:
         for fn in fns.values():
             fn()
         busy = spin_process(args.busy_threads)
-        times = {(name, state): [] for name in fns for state in ("quiet", "busy")}
+        times = {(name, t, state): [] for name in fns for t in args.threads for state in ("quiet", "busy")}
         try:
             for _ in range(args.rounds):
                 for state, sig in (("busy", signal.SIGCONT), ("quiet", signal.SIGSTOP)):
                     for p in busy:
                         os.kill(p.pid, sig)
                     time.sleep(0.2)  # let the scheduler settle into the new state
-                    for name, fn in fns.items():
-                        t0 = time.perf_counter()
-                        fn()
-                        times[(name, state)].append(time.perf_counter() - t0)
+                    for t in args.threads:
+                        torch.set_num_threads(t)
+                        for name, fn in fns.items():
+                            t0 = time.perf_counter()
+                            fn()
+                            times[(name, t, state)].append(time.perf_counter() - t0)
         finally:
             for p in busy:
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
                 p.wait()
     med = {key: statistics.median(ts) for key, ts in times.items()}
-    print(f"fp32, B={B} H={H} N={args.n} d={D}, forward, {args.threads} torch threads, {args.busy_threads} busy "
-          f"process(es), median of {args.rounds} interleaved rounds")
-    for name in fns:
-        print(f"   {name:34s} slowdown busy/quiet {med[(name, 'busy')] / med[(name, 'quiet')]:5.2f}x   "
-              f"(quiet: {med[(name, 'quiet')] / med[(pairs[0][0], 'quiet')]:.2f}x the bidir attnbench time)")
+    print(f"fp32, B={B} H={H} N={args.n} d={D}, forward, {args.busy_threads} busy process(es), median of "
+          f"{args.rounds} interleaved rounds")
+    ref = med[(pairs[0][0], max(args.threads), "quiet")]
+    for t in args.threads:
+        for name in fns:
+            slow = med[(name, t, "busy")] / med[(name, t, "quiet")]
+            rel = med[(name, t, "busy")] / ref
+            print(f"   {t} thread(s)  {name:34s} slowdown busy/quiet {slow:5.2f}x   busy time {rel:.2f}x the quiet "
+                  f"bidir attnbench time at {max(args.threads)} thread(s)")
     ok = True
-    for ours, plain in pairs:
-        s_ours = med[(ours, "busy")] / med[(ours, "quiet")]
-        s_plain = med[(plain, "busy")] / med[(plain, "quiet")]
-        verdict = "ok" if s_ours <= s_plain * 1.1 else "MISS"
-        ok &= verdict == "ok"
-        print(f"   {verdict:4s} {ours} degrades {s_ours:.2f}x vs {s_plain:.2f}x for {plain}; busy time "
-              f"{med[(plain, 'busy')] / med[(ours, 'busy')]:.2f}x faster")
+    for t in args.threads:
+        for ours, plain in pairs:
+            s_ours = med[(ours, t, "busy")] / med[(ours, t, "quiet")]
+            s_plain = med[(plain, t, "busy")] / med[(plain, t, "quiet")]
+            verdict = "ok" if s_ours <= s_plain * 1.1 else "MISS"
+            ok &= verdict == "ok"
+            print(f"   {verdict:4s} {t} thread(s): {ours} degrades {s_ours:.2f}x vs {s_plain:.2f}x for {plain}")
     return 0 if ok else 1
 
 
