@@ -271,3 +271,36 @@ def test_other_feature_map_student_and_heads_option(parts, tmp_path):
     before = obj()
     _stage((pre2, vpre, splits, teacher), 1, student, tmp_path)
     assert obj() < before
+
+
+# --- the smoke: the whole pipeline of each preset on the CPU ---------------------------------------------------
+def _in_project(monkeypatch, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "results"
+
+
+@pytest.mark.parametrize("name", __import__("attnbench.suites.adala.config", fromlist=["x"]).preset_names())
+def test_each_presets_smoke_runs_every_stage_and_resumes_each(name, monkeypatch, tmp_path):
+    """Teacher and from-scratch model trained by the vision suite, stages 1-3 each stopped once and resumed from
+    its step-1 checkpoint, the cost lines; nothing written into the project."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from attnbench.suites.adala.config import load_preset
+    from attnbench.suites.adala.smoke import run_smoke
+
+    results = _in_project(monkeypatch, tmp_path)
+    buf = io.StringIO()
+    rc = run_smoke(attentions=["linear"], preset=name, console=Console(file=buf, width=300))
+    out = buf.getvalue()
+    assert rc == 0, out[-3000:]
+    assert out.count("planned stop in step 2") == 3 and "attempt 4" in out and "smoke ok" in out
+    pre = load_preset(name)
+    for k in (1, 2, 3):
+        m = re.search(rf"linear stage {k}: full run: ([\d,]+) steps x ([\d,]+) images", out)
+        assert m and int(m[1].replace(",", "")) == pre.stage(k).steps, out[-2000:]
+    assert "teacher (vision run): full run" in out and "from scratch (vision run): full run" in out
+    assert not results.exists()

@@ -195,3 +195,27 @@ def test_the_cli_refuses_a_k_beyond_the_layers_in_one_line(tmp_path):
                         str(tmp_path / "m.db")], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "k must be an integer from 0 to the number of layers (4), got 5" in p.stdout
     assert "Traceback" not in p.stdout + p.stderr
+
+
+# --- the smoke: the whole pipeline of each preset on the CPU ---------------------------------------------------
+@pytest.mark.parametrize("name", __import__("attnbench.suites.mixa.config", fromlist=["x"]).preset_names())
+def test_each_presets_smoke_runs_every_variant_and_resumes_each(name, monkeypatch, tmp_path):
+    """Teacher trained by the vision suite, Eq. 3 scores, the mix and every control fine-tuned, each stopped once
+    and resumed from its step-1 checkpoint, the cost lines; nothing written into the project."""
+    import io
+    import re
+
+    from attnbench.suites.mixa.smoke import run_smoke
+
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    buf = io.StringIO()
+    rc = run_smoke(preset=name, console=Console(file=buf, width=300))
+    out = buf.getvalue()
+    assert rc == 0, out[-3000:]
+    pre = load_preset(name)
+    n_variants = 1 + pre.controls.all_stella + pre.controls.last_k + len(pre.controls.random_seeds)
+    assert out.count("planned stop in step 2") == n_variants and "smoke ok" in out
+    lines = re.findall(r"full run: ([\d,]+) steps x ([\d,]+) images", out)
+    assert len(lines) == 1 + n_variants and lines[-1][0].replace(",", "") == str(pre.train.steps)
+    assert not (tmp_path / "results").exists()
