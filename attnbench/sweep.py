@@ -333,9 +333,14 @@ def _attnbench_argv(pid: int) -> list[str] | None:
             argv = f.read().decode(errors="replace").split("\0")
     except OSError:
         return None
-    head = argv[:3]
-    if any(os.path.basename(a) == "attnbench" for a in head) or any(a.startswith("attnbench.") for a in head):
-        return [a for a in argv if a]
+    argv = [a for a in argv if a]
+    prog = os.path.basename(argv[0]) if argv else ""
+    if prog == "attnbench":  # the console script run directly (exec -a attnbench, a frozen binary)
+        return argv
+    if prog.startswith("python") and len(argv) > 1 and (
+            os.path.basename(argv[1]) == "attnbench" or (argv[1] == "-m" and len(argv) > 2
+                                                         and argv[2].split(".")[0] == "attnbench")):
+        return argv
     return None
 
 
@@ -375,7 +380,8 @@ def other_attnbench_processes() -> list[dict[str, Any]]:
 
 def _short(argv: list[str]) -> str:
     """``attnbench run lra ...`` of a command line (the interpreter and script path left out), at most 120 chars."""
-    i = next((i for i, a in enumerate(argv) if os.path.basename(a) == "attnbench" or a.startswith("attnbench.")), -1)
+    i = next((i for i, a in enumerate(argv[:3]) if os.path.basename(a) == "attnbench" or a.startswith("attnbench")),
+             -1)
     return " ".join(["attnbench", *argv[i + 1:]])[:120]
 
 
@@ -423,10 +429,11 @@ class _Watch:
         self._stop.set()
         self._thread.join(timeout=5)
         self._sample()
-        return [{"pid": pid, "argv": argv} for pid, argv in sorted(self.others.items())]
+        return [{"pid": pid, "argv": argv} for pid, argv in sorted(self.others.items())][:MAX_LISTED]
 
 
 WATCH_S = 2.0    # how often a running cell looks for other attnbench processes
+MAX_LISTED = 20  # of them, at most this many are listed in a record
 RENEW_S = 60.0   # how often it renews its claim (well below store.LEASE_STALE_S)
 
 
