@@ -257,8 +257,12 @@ def _own_launches(quick: bool) -> list[_Launch]:
 def _fla_as_if_on(arch: int) -> Iterator[None]:
     """FLA's hardware probes answer as ``sm_<arch>`` would, and ``fla.ops`` is re-imported under them (its
     autotune lists and block sizes are chosen at import from the GPU); everything is restored on exit."""
-    import fla.utils
-    import fla.utils.hardware as hw
+    import warnings
+
+    with warnings.catch_warnings():   # "Triton is not supported on current platform": the point of the patch
+        warnings.simplefilter("ignore")
+        import fla.utils
+        import fla.utils.hardware as hw
 
     limit = smem_limit(arch)
     fake = dict(
@@ -295,9 +299,9 @@ def _fla_launches(arch: int, quick: bool) -> tuple[list[_Launch], list[str]]:
     Returns the launches and one line per shape FLA's Python refuses (with its reason)."""
     launches, refused = [], []
     dtypes = {"bf16": torch.bfloat16} if quick else {"bf16": torch.bfloat16, "fp16": torch.float16}
-    with _fla_as_if_on(arch):
-        import warnings
+    import warnings
 
+    with _fla_as_if_on(arch):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from fla.ops.delta_rule import chunk_delta_rule
