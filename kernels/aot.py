@@ -22,6 +22,11 @@ are compiled in order until one fits; ``all_configs=True`` compiles them all). S
 reported, not failed. What this proves: the kernels compile for that GPU and fit; it says nothing about numbers
 (the interpreter tests prove those) or speed.
 
+The full check compiles every tile the wrappers can choose (all feature / value / chunk sizes, three dtypes, the
+constexpr flags attnbench launches and all of them on; every flag combination at the presets' shapes) and FLA
+at every LM preset: about two thousand compiles per arch, which takes hours on two busy cores; ``quick`` takes
+the presets' main shape (about sixty compiles).
+
     results = check(arch=90, quick=False, fla=True)      # list[Result]
     print_table(results, arch=90)                        # rich table; returns the number of failures
 
@@ -42,7 +47,8 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-__all__ = ["Result", "check", "classify", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary", "ARCH_NAMES"]
+__all__ = ["Result", "check", "classify", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary",
+           "ARCH_NAMES"]
 
 # Largest dynamic shared memory one block may use (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes: CUDA
 # programming guide, "Compute capabilities" table. The same values as FLA's ``Backend`` (A100, H100, Ada).
