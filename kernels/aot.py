@@ -449,7 +449,8 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     for ln in launches:
         for fn, a, kw, tuned in _expand(ln.fn, ln.args, ln.kwargs, ln.where):
             options, signature, constexprs, attrs = _prepare(fn, a, kw, backend)
-            key = (fn.__name__, fn.module, repr(signature), repr(sorted((str(k), _show(v)) for k, v in constexprs.items())),
+            consts_key = repr(sorted((str(k), _show(v)) for k, v in constexprs.items()))
+            key = (fn.__name__, fn.module, repr(signature), consts_key,
                    repr(attrs), repr(sorted(options.__dict__.items())))
             if key in seen:
                 continue

@@ -50,8 +50,8 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _SCRIPT % (FLA_KERNEL, FP16_ON_80)], capture_output=True, text=True, env=env,
-                         timeout=600)
+    res = subprocess.run([sys.executable, "-c", _SCRIPT % (FLA_KERNEL, FP16_ON_80)], capture_output=True, text=True,
+                         env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-4000:]
     return {int(a): [aot.Result(**r) for r in rs] for a, rs in json.loads(res.stdout).items()}
 
