@@ -92,11 +92,11 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
         import os
 
         os.environ["TRITON_INTERPRET"] = "1"
-    from .checks import check_all, check_table, summarize
+    from .verify import check_table, summarize, verify_all
 
-    names = [n.strip() for n in (attn or "").split(",") if n.strip()]  # check_all knows the ops too
+    names = [n.strip() for n in (attn or "").split(",") if n.strip()]  # verify_all knows the ops too
     try:
-        rows = check_all(names or None, dtype=dtype)
+        rows = verify_all(names or None, dtype=dtype)
     except AttnbenchError as e:
         fail(str(e))
     report.render_tables([check_table(rows)], console=console, fmt=fmt)

@@ -56,7 +56,7 @@ class FullRunCost:
 
 def train_flops(step: Callable[[], Any]) -> int:
     """FLOPs of one forward + backward, as ``torch.utils.flop_counter`` counts them: ``step`` runs both."""
-    from .bench import count_flops
+    from .bench.flops import count_flops
     return count_flops(step)
 
 

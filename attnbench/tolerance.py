@@ -1,7 +1,7 @@
 """The one correctness policy: how far a fast form may be from its reference.
 
-Used by ``attnbench check`` (:mod:`attnbench.checks`), the scaling suite's gate before any timing
-(:func:`attnbench.bench.check_correctness`), ``benchmarks/perf_targets.py`` and the test helpers.
+Applied by the one verification module, :mod:`attnbench.verify` (``attnbench check``, the gate before any
+timing, the benchmarks), and by the test helpers.
 
 Three computations of the same thing, on the same inputs:
 

@@ -27,7 +27,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from attnbench.bench import round_robin
+from attnbench.bench.timing import round_robin
 from attnbench.provenance import machine, machine_line
 from attnbench.ops.delta import delta_rule_chunked, delta_rule_recurrent
 from attnbench.tolerance import compare

@@ -17,7 +17,7 @@ recomputing backward (``ops.linear_attention_recomputed``), against the same mec
 ``recompute_backward = False`` (autograd through the blocked op), interleaved; ratio = autograd ÷ recomputing.
 
 No timing without a correctness check first, twice: the fast form against the quadratic reference at N = 7 and
-129 (fp32, forward and gradients, :func:`attnbench.checks.check_one`), and at the timed shape against the plain
+129 (fp32, forward and gradients, :func:`attnbench.verify.verify`), and at the timed shape against the plain
 O(N) form (the reference feature maps on the whole sequence, then the associative product; quadratic reference
 for laplacian at N <= 4096) under the tolerance policy: fp32 fast vs fp32 plain vs fp64 plain, with the gradients
 when timing forward + backward. A failed check is printed and that timing skipped; the script then exits 1.
@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 import attnbench
-from attnbench.bench import TensorMemory, round_robin
-from attnbench.checks import check_one, forward_backward
+from attnbench.bench.memory import TensorMemory
+from attnbench.bench.timing import round_robin
+from attnbench.verify import forward_backward, verify
 from attnbench.ops import linear_attn as la
 from attnbench.provenance import machine, machine_line
 from attnbench.tolerance import compare
@@ -93,7 +94,7 @@ def inputs(n: int, dtype=torch.float32):
 def checked(name: str, n: int, mode: str) -> bool:
     """Both correctness checks of the module docstring; prints and records a failure."""
     for small in (7, 129):
-        r = check_one(name, causal=False, impl="torch", seq_len=small, dtype=torch.float32)
+        r = verify(name, causal=False, impl="torch", seq_len=small, dtype=torch.float32)
         if not r.ok:
             FAILED.append(f"{name} N={small}: {r.status} {r.detail}")
             print(f"   FAIL {FAILED[-1]}; not timed")
@@ -169,7 +170,8 @@ def backward_gain(names, ns, repeats: int) -> None:
 
 
 def performer_memory(n: int) -> int:
-    """Bytes of tensors created by a performer forward beyond its output (:class:`attnbench.bench.TensorMemory`)."""
+    """Bytes of tensors created by a performer forward beyond its output
+    (:class:`attnbench.bench.memory.TensorMemory`)."""
     attn = build("performer", n)
     q, k, v = inputs(n)
     with torch.no_grad(), TensorMemory() as mem:

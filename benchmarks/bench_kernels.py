@@ -30,7 +30,7 @@ TARGET = 1.5
 def bench_nala(n: int, repeats: int, threads: int) -> int:
     import torch
 
-    from attnbench.bench import round_robin
+    from attnbench.bench.timing import round_robin
     from attnbench.kernels import nala_feature_map_fused, nala_feature_map_reference
 
     if threads:

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnbench
-from attnbench.bench import round_robin
-from attnbench.checks import forward_backward
+from attnbench.bench.timing import round_robin
+from attnbench.verify import forward_backward
 from attnbench.provenance import machine, machine_line
 from attnbench.tolerance import compare
 

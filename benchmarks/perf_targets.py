@@ -24,7 +24,7 @@ import time
 import torch
 
 import attnbench
-from attnbench.checks import check_one
+from attnbench.verify import verify
 from attnbench.provenance import machine_line
 from attnbench.ops import linear_attention_chunked, linear_attention_recurrent
 
@@ -52,8 +52,8 @@ def gate(name: str, causal: bool) -> bool:
     """Whether ``name``'s CPU fast form agrees with its reference (fp32, N = 7 and 129); a failure is printed and
     recorded in GATE_FAILURES, and the caller skips that timing."""
     for n in (7, 129):
-        r = check_one(name, causal=causal, impl=attnbench.get_attention(name).cpu_impl, seq_len=n,
-                      dtype=torch.float32)
+        r = verify(name, causal=causal, impl=attnbench.get_attention(name).cpu_impl, seq_len=n,
+                   dtype=torch.float32)
         if not r.ok:
             msg = f"correctness gate failed for {name} (causal={causal}, N={n}): {r.status} {r.detail}"
             print(f"   FAIL {msg}; not timed")

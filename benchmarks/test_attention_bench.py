@@ -2,7 +2,7 @@
 
 Every registered attention (or ``--attn-names``) at every N of ``--attn-seq`` (default 1k,4k; widen with
 ``--attn-seq 1k,4k,16k,64k`` or ``ATTNBENCH_BENCH_SEQ``). Each benchmark is gated: the resolved fast form must
-match ``module.reference`` at a small shape first (:func:`attnbench.bench.check_correctness`), or the test fails
+match ``module.reference`` at a small shape first (:func:`attnbench.verify.verify_resolved`), or the test fails
 without timing. Compare attentions within a group, and commits with the usual pytest-benchmark flags::
 
     pytest benchmarks --benchmark-autosave                 # save a run under .benchmarks/
@@ -18,7 +18,10 @@ import pytest
 import torch
 
 import attnbench
-from attnbench import bench, provenance, registry
+from attnbench import provenance, registry
+from attnbench.bench.flops import count_flops
+from attnbench.bench.timing import MODES, make_step, parse_dtype
+from attnbench.verify import verify_resolved
 from attnbench.suites.scaling.config import parse_seq_list, task_name
 
 
@@ -29,8 +32,8 @@ def _config(config) -> dict:
     for n in names:
         registry.get_attention(n)
     mode = opts["mode"]
-    if mode not in bench.MODES:
-        raise pytest.UsageError(f"--attn-mode must be one of {bench.MODES}, got {mode!r}")
+    if mode not in MODES:
+        raise pytest.UsageError(f"--attn-mode must be one of {MODES}, got {mode!r}")
     return {"names": names or attnbench.names(), "seq": parse_seq_list(opts["seq"]), "mode": mode,
             "causal": opts["causal"].lower() in ("1", "true", "yes"), "dtype": opts["dtype"], "batch": batch,
             "heads": heads, "head_dim": head_dim}
@@ -61,24 +64,24 @@ def test_attention(benchmark, point, cfg):
         pytest.skip(f"{name} has no {'causal' if causal else 'bidirectional'} form")
 
     # the gate: no timing on a red check
-    check = bench.check_correctness(name, heads=cfg["heads"], head_dim=cfg["head_dim"], causal=causal, dtype=dtype,
-                                    mode=mode)
+    tdtype = parse_dtype(dtype)
+    grad = mode == "fwd+bwd"
+    check = verify_resolved(name, heads=cfg["heads"], head_dim=cfg["head_dim"], causal=causal, dtype=tdtype,
+                            grads=grad)
     assert check.ok, f"correctness gate failed, not timed: {check.detail}"
 
-    module = bench.build_attention(name, seq_len=n, heads=cfg["heads"], head_dim=cfg["head_dim"], causal=causal)
-    grad = mode == "fwd+bwd"
+    module = registry.build_for_length(name, seq_len=n, heads=cfg["heads"], head_dim=cfg["head_dim"], causal=causal)
     shape = (cfg["batch"], cfg["heads"], n, cfg["head_dim"])
-    tdtype = bench.parse_dtype(dtype)
     q, k, v = (torch.randn(shape, dtype=tdtype).requires_grad_(grad) for _ in range(3))
     g = torch.randn(shape, dtype=tdtype) if grad else None
 
-    step = bench.make_step(module, q, k, v, g)
+    step = make_step(module, q, k, v, g)
 
-    flops = bench.count_flops(step)
+    flops = count_flops(step)
     benchmark.extra_info.update({
         "attnbench": 1, "attention": name, "impl": module.resolve_impl("cpu"), "task": task, "mode": mode,
         "causal": causal, "seq_len": n, "batch": cfg["batch"], "heads": cfg["heads"], "head_dim": cfg["head_dim"],
         "dtype": dtype, "device": "cpu", "threads": torch.get_num_threads(), "flops": flops, "options": {},
-        "check_err": check.err, "check_tol": check.tol, "packages": provenance.package_versions(),
+        "check_err": check.err, "check_tol": check.bound, "packages": provenance.package_versions(),
     })
     benchmark(step)

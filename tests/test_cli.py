@@ -124,14 +124,14 @@ def test_help_and_list_answer_without_importing_torch(args, expect):
 def test_check_formats_keep_every_number_whole(monkeypatch):
     import json
 
-    from attnbench import checks
+    from attnbench import verify
 
-    rows = [checks.CheckResult("mirrorla_cross_head_variance_aware", True, "triton", 1023, "float32",
-                               fwd_err=2.2345e-7, bwd_err=1.9876e-6, bound=4.4e-6, status="ok", ref_err=3.1e-8,
-                               worst="dq"),
-            checks.CheckResult("nala", False, "fla", 257, "float32", None, None, 0.0, "skipped",
-                               detail="needs a GPU (Triton kernels; --interpret runs them on the CPU)")]
-    monkeypatch.setattr(checks, "check_all", lambda names, dtype: rows)   # the output path, not the math
+    rows = [verify.Verdict("mirrorla_cross_head_variance_aware", True, "triton", 1023, "float32",
+                           fwd_err=2.2345e-7, bwd_err=1.9876e-6, bound=4.4e-6, status="ok", ref_err=3.1e-8,
+                           worst="dq"),
+            verify.Verdict("nala", False, "fla", 257, "float32", None, None, 0.0, "skipped",
+                           detail="needs a GPU (Triton kernels; --interpret runs them on the CPU)")]
+    monkeypatch.setattr(verify, "verify_all", lambda names, dtype: rows)   # the output path, not the math
     numbers = ["2.2e-07", "2.0e-06", "3.1e-08", "4.4e-06", "1023"]
     for fmt in ("json", "tsv", "md", "table"):
         r = runner.invoke(app, ["check", "--format", fmt], env={"COLUMNS": "80"})

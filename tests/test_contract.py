@@ -7,7 +7,7 @@ import torch
 
 import attnbench
 from attnbench import registry
-from attnbench.checks import compare_to_reference, runnable_impls
+from attnbench.verify import compare_to_reference, runnable_impls
 
 from .helpers import assert_matches_fp64, assert_within_policy
 
@@ -153,8 +153,8 @@ def triton_forms():
 def test_triton_impl_matches_reference_interpreted(name, causal):
     """Each form's Triton path, run by Triton's interpreter in fp32 (conftest sets TRITON_INTERPRET=1),
     forward and backward."""
-    from attnbench.checks import check_one
+    from attnbench.verify import verify
 
     for n in (7, 45):
-        r = check_one(name, causal=causal, impl="triton", seq_len=n, dtype=torch.float32)
+        r = verify(name, causal=causal, impl="triton", seq_len=n, dtype=torch.float32)
         assert r.status == "ok", f"{name} triton N={n}: {r.status} {r.detail} fwd={r.fwd_err} bwd={r.bwd_err}"

@@ -15,7 +15,7 @@ import torch
 
 import attnbench
 from attnbench import registry
-from attnbench.bench import TensorMemory
+from attnbench.bench.memory import TensorMemory
 from attnbench.ops import (linear_attention_bidirectional, linear_attention_blocked, linear_attention_chunked,
                            linear_attention_recomputed, linear_attention_recurrent, linear_attention_reference)
 from attnbench.ops.linear_attn import TokenMap

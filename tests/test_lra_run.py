@@ -433,7 +433,7 @@ def test_data_dir_without_preset_says_which_preset_runs(tmp_path, monkeypatch):
 
 
 def test_memory_below_resolution_is_none_with_a_reason_never_zero(monkeypatch):
-    from attnbench.bench import PeakRSS
+    from attnbench.bench.memory import PeakRSS
     from attnbench.train.memory import PeakMeter
 
     if not PeakRSS.available():

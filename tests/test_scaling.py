@@ -11,11 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench import bench, registry
+from attnbench import registry
+from attnbench.bench import isolation, memory
 from attnbench.spec import parse_specs
 from attnbench.store import Store
 from attnbench.suites.scaling import config as scaling
 from attnbench.suites.scaling.config import Grid, PresetError, ScalingPreset, Timing, load_preset
+from attnbench.suites.scaling.measure import PointSpec, measure_point
 from attnbench.suites.scaling.runner import plan_scaling, run_scaling
 
 
@@ -124,7 +126,7 @@ def test_incorrect_point_is_not_timed(tmp_db, monkeypatch):
 
 def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_db, monkeypatch):
     plan = plan_scaling(tiny())
-    real, calls = bench.run_inline, []
+    real, calls = isolation.run_inline, []
 
     def flaky(target, spec):
         calls.append(spec.seq_len)
@@ -132,13 +134,13 @@ def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_db, monkeypat
             raise KeyboardInterrupt
         return real(target, spec)
 
-    monkeypatch.setattr(bench, "run_inline", flaky)
+    monkeypatch.setattr(isolation, "run_inline", flaky)
     with Store() as store:
         res = run_scaling(plan, store, progress=False, child=False)
         assert res.interrupted
         assert [m.status for m in res.records] == ["ok", "ok", "interrupted"]
         assert store.runs()[-1]["status"] == "interrupted"
-        monkeypatch.setattr(bench, "run_inline", real)
+        monkeypatch.setattr(isolation, "run_inline", real)
         again = run_scaling(plan, store, progress=False, child=False)
         assert again.resumed == 2 and [m.status for m in again.records] == ["ok", "ok"]
         forced = run_scaling(plan, store, progress=False, child=False, force=True)
@@ -234,9 +236,9 @@ def test_tensor_memory_is_positive_and_grows_with_n(mode):
     for name in ("softmax", "linear"):
         peaks = []
         for n in (64, 128, 256):
-            spec = bench.PointSpec(attention=name, seq_len=n, mode=mode, heads=2, head_dim=16, warmup_ms=0.0,
+            spec = PointSpec(attention=name, seq_len=n, mode=mode, heads=2, head_dim=16, warmup_ms=0.0,
                                    rep_ms=0.0, min_reps=1, max_reps=1, check_seq_len=32)
-            out = bench.run_inline(bench.measure_point, spec)
+            out = isolation.run_inline(measure_point, spec)
             assert out.status == "ok", out.error
             mt = out.result["metrics"]
             assert mt["peak_tensor_bytes"] >= mt["output_bytes"]                 # at least the output
@@ -244,7 +246,7 @@ def test_tensor_memory_is_positive_and_grows_with_n(mode):
                 assert mt["peak_tensor_bytes"] >= mt["input_bytes"]              # at least the gradients
             assert (mt["peak_rss_bytes"] is None) == ("rss_note" in mt) and mt["peak_rss_bytes"] != 0
             peaks.append(mt["peak_tensor_bytes"])
-            again = bench.run_inline(bench.measure_point, spec).result["metrics"]["peak_tensor_bytes"]
+            again = isolation.run_inline(measure_point, spec).result["metrics"]["peak_tensor_bytes"]
             assert again == mt["peak_tensor_bytes"]                              # deterministic
         assert peaks[0] < peaks[1] < peaks[2], (name, mode, peaks)
 
@@ -261,14 +263,14 @@ def test_tensor_memory_counts_live_storages_once():
         c = x.t().contiguous().view(-1)        # a view of the input is not new; the copy is 40000 B (48000 live)
         return b, c
 
-    meter = bench.tensor_peak(work)
+    meter = memory.tensor_peak(work)
     assert meter.peak == 48000 and meter.allocated == 52000 and meter.count == 3
 
 
 def test_rss_below_its_resolution_is_none_with_a_reason():
-    rss = bench.PeakRSS()
+    rss = memory.PeakRSS()
     rss.baseline = 10**15                      # whatever the process did: a rise below one page
-    if not bench.PeakRSS.available():
+    if not memory.PeakRSS.available():
         pytest.skip("no /proc")
     peak, note = rss.measured()
     assert peak is None and "below resolution" in note

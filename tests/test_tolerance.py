@@ -1,5 +1,5 @@
 """The one tolerance policy (attnbench.tolerance) and the places that use it: ``attnbench check``, the scaling
-suite's gate (bench.check_correctness) and the test helpers.
+suite's gate (verify.verify_resolved) and the test helpers.
 
 The unit tests build their errors by hand (exact float64 arithmetic), so they depend on no CPU; the end-to-end
 ones assert verdicts with a wide margin, never a particular rounding error.
@@ -14,8 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench import bench, checks
-from attnbench.checks import CheckResult, check_delta, check_one
+from attnbench import verify as verification
+from attnbench.verify import Verdict, verify, verify_delta_rule, verify_resolved
 from attnbench.cli import app
 from attnbench.tolerance import FLOOR, MULTIPLE, compare, floor_for, relative_error
 
@@ -132,59 +132,78 @@ def test_laplacian_fp32_check_passes_at_n7(seed):
     """What failed on an AMD AVX2 machine (2.2e-4 against a fixed 2e-4): the laplacian's fp32 check at N = 7. Under
     the policy its bound is measured from the reference's own fp32 error on the machine at hand."""
     impl = attnbench.get_attention("laplacian").cpu_impl
-    r = check_one("laplacian", causal=False, impl=impl, seq_len=7, dtype=torch.float32, seed=seed)
+    r = verify("laplacian", causal=False, impl=impl, seq_len=7, dtype=torch.float32, seed=seed)
     assert r.status == "ok", r.detail
     assert r.bound == pytest.approx(MULTIPLE * r.ref_err + FLOOR[torch.float32])
 
 
-def test_check_one_reports_the_policys_numbers_and_catches_a_small_bug(monkeypatch):
-    r = check_one("linear", causal=False, impl="torch", seq_len=7, dtype=torch.float32)
+def test_verify_reports_the_policys_numbers_and_catches_a_small_bug(monkeypatch):
+    r = verify("linear", causal=False, impl="torch", seq_len=7, dtype=torch.float32)
     assert r.status == "ok" and r.ref_err > 0 and r.worst
     assert r.bound == pytest.approx(MULTIPLE * r.ref_err + FLOOR[torch.float32])
     cls = attnbench.get_attention("linear")
     monkeypatch.setattr(cls, "forward_torch", lambda self, q, k, v: cls.forward_reference(self, q, k, v) * 1.003)
-    r = check_one("linear", causal=False, impl="torch", seq_len=7, dtype=torch.float32)
+    r = verify("linear", causal=False, impl="torch", seq_len=7, dtype=torch.float32)
     assert r.status == "mismatch" and r.fwd_err > 5 * FLOOR[torch.float32], r.detail  # 0.3% off: caught in fp32
 
 
 def test_float64_checks_are_bounded_by_the_floor():
     """In float64 the reference in the same precision is the ground truth: ref error 0, bound = the float64 floor
     (mechanisms and the delta-rule op alike)."""
-    for r in (check_one("nala", causal=True, impl="torch", seq_len=7),
-              check_delta("gated_delta_rule", impl="torch", seq_len=7)):
+    for r in (verify("nala", causal=True, impl="torch", seq_len=7),
+              verify_delta_rule("gated_delta_rule", impl="torch", seq_len=7)):
         assert r.status == "ok", r.detail
         assert r.ref_err == 0 and r.bound == FLOOR[torch.float64] and r.dtype == "float64"
 
 
 def test_delta_rule_fp32_check_uses_the_recurrence_in_fp32_as_ruler():
-    r = check_delta("delta_rule", impl="torch", seq_len=37, dtype=torch.float32)
+    r = verify_delta_rule("delta_rule", impl="torch", seq_len=37, dtype=torch.float32)
     assert r.status == "ok", r.detail
     assert r.ref_err > 0 and r.bound == pytest.approx(MULTIPLE * r.ref_err + FLOOR[torch.float32])
 
 
 def test_scaling_gate_uses_the_policy(monkeypatch):
-    c = bench.check_correctness("linear", heads=2, head_dim=8, causal=False, dtype="fp32", mode="fwd+bwd",
-                                seq_len=33)
+    c = verify_resolved("linear", heads=2, head_dim=8, causal=False, dtype=torch.float32, grads=True, seq_len=33)
     assert c.ok, c.detail
-    assert c.tol == pytest.approx(MULTIPLE * c.ref_err + FLOOR[torch.float32])
-    c = bench.check_correctness("linear", heads=2, head_dim=8, causal=False, dtype="fp32", seq_len=33, rtol=0.5)
-    assert c.tol == pytest.approx(MULTIPLE * c.ref_err + 0.5)  # rtol replaces the floor
+    assert c.bound == pytest.approx(MULTIPLE * c.ref_err + FLOOR[torch.float32])
+    c = verify_resolved("linear", heads=2, head_dim=8, causal=False, dtype=torch.float32, seq_len=33, floor=0.5)
+    assert c.bound == pytest.approx(MULTIPLE * c.ref_err + 0.5)  # the preset's rtol replaces the floor
     cls = attnbench.get_attention("linear")
     monkeypatch.setattr(cls, "forward_torch", lambda self, q, k, v: cls.forward_reference(self, q, k, v) * 1.003)
-    c = bench.check_correctness("linear", heads=2, head_dim=8, causal=False, dtype="fp32", seq_len=33, impl="torch")
+    c = verify_resolved("linear", heads=2, head_dim=8, causal=False, dtype=torch.float32, seq_len=33, impl="torch")
     assert not c.ok and "output" in c.detail
+
+
+@pytest.mark.parametrize("grads", [True, False])
+def test_the_gate_holds_parameter_gradients_to_the_policy(monkeypatch, grads):
+    """A fast form whose output and input gradients are right but whose gradient with respect to a parameter is
+    not fails the gate (``fwd+bwd``) and ``attnbench check`` alike; a forward-only gate does not look at it."""
+    cls = attnbench.get_attention("polaformer")
+
+    def wrong_power_grad(self, q, k, v):  # same value; d/d power off by 1e-2 per unit of the output's weight
+        return cls.forward_reference(self, q, k, v) + 1e-2 * (self.power - self.power.detach()).sum()
+
+    monkeypatch.setattr(cls, "forward_torch", wrong_power_grad)
+    c = verify_resolved("polaformer", heads=2, head_dim=8, causal=False, dtype=torch.float32, grads=grads,
+                        seq_len=9, impl="torch")
+    assert c.ok != grads, c.detail
+    if grads:
+        assert c.worst == "grad power" and c.fwd_err <= c.bound and "grad power" in c.detail
+        r = verify("polaformer", causal=False, impl="torch", seq_len=7)
+        assert r.status == "mismatch" and r.worst == "grad power", r.detail
 
 
 # --- the summary line of `attnbench check` ------------------------------------------------------------------------
 runner = CliRunner()
 
 
-def _row(status: str, detail: str = "") -> CheckResult:
-    return CheckResult("linear", False, "torch", 7, "float64", None, None, 1e-9, status, detail)
+def _row(status: str, detail: str = "") -> Verdict:
+    return Verdict("linear", False, "torch", 7, "float64", None, None, 1e-9, status, detail)
 
 
 def test_check_summary_counts_skipped_apart_from_agreed(monkeypatch):
-    monkeypatch.setattr(checks, "check_all", lambda *a, **kw: [_row("ok"), _row("ok"), _row("skipped", "needs CUDA")])
+    monkeypatch.setattr(verification, "verify_all",
+                        lambda *a, **kw: [_row("ok"), _row("ok"), _row("skipped", "needs CUDA")])
     result = runner.invoke(app, ["check", "--attn", "linear"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "2 agree with their references, 1 skipped (needs CUDA), 0 disagree, 0 errored" in result.output
@@ -193,8 +212,8 @@ def test_check_summary_counts_skipped_apart_from_agreed(monkeypatch):
 
 @pytest.mark.parametrize("bad", ["mismatch", "error"])
 def test_check_exits_1_on_a_disagreement_or_an_error(monkeypatch, bad):
-    monkeypatch.setattr(checks, "check_all", lambda *a, **kw: [_row("ok"), _row(bad, "boom"),
-                                                                _row("skipped", "needs CUDA")])
+    monkeypatch.setattr(verification, "verify_all", lambda *a, **kw: [_row("ok"), _row(bad, "boom"),
+                                                                      _row("skipped", "needs CUDA")])
     result = runner.invoke(app, ["check", "--attn", "linear"], env={"COLUMNS": "250"})
     assert result.exit_code == 1, result.output
     n_bad, n_err = (1, 0) if bad == "mismatch" else (0, 1)

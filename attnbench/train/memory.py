@@ -28,7 +28,7 @@ class PeakMeter:
             torch.cuda.reset_peak_memory_stats(device)
             self._base = torch.cuda.memory_allocated(device)
             return
-        from attnbench.bench import PeakRSS
+        from attnbench.bench.memory import PeakRSS
 
         malloc_trim()
         self._rss: Optional[PeakRSS] = PeakRSS() if PeakRSS.available() else None

@@ -91,7 +91,7 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
         rows.append([label_of(r), *cells, m.get("paper", "")])
     rows.append(["softmax (reference)", *[fmt_bytes(soft[n]) if n in soft else "size limit" for n in sizes], ""])
     cap = ("Peak bytes of tensors alive at once in one forward pass (B = 1, H = 1, d = 64, float32, no autograd; "
-           "attnbench.bench.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
+           "attnbench.bench.memory.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
            "reference form (its N x N matrices) at the same N; 'size limit': softmax not run (its two N x N float32 "
            "matrices exceed the cap). The papers' numbers are whole models on GPUs against their own baselines: "
            "context, not comparable.")

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench.bench import DTYPES, MODES
+from attnbench.bench.timing import DTYPES, MODES
 from attnbench.presets import PresetError, build, read_preset
 from attnbench.presets import preset_names as _preset_names
 

@@ -8,10 +8,10 @@ and recorded in the run's environment.
 
 The loop is the one of every suite, :func:`attnbench.sweep.run_sweep` (skip finished points, ``--shard K/N``,
 statuses, summary, exit code); this module turns the plan into cells and measures one cell. For each point, in a
-fresh child (:func:`attnbench.bench.run_in_child`): the correctness gate at a small shape
+fresh child (:func:`attnbench.bench.isolation.run_in_child`): the correctness gate at a small shape
 (status ``incorrect``, no timing, if it fails), the first call at N (its process-level peak memory), one call
 under the FLOP counter and the tensor-level memory count, then warm-up and repeated timing
-(:func:`attnbench.bench.measure_point`). The parent records one measurement
+(:func:`.measure.measure_point`). The parent records one measurement
 per point in the store as soon as the point ends, so Ctrl-C or a kill loses only the point in flight, and a
 re-run skips the points already finished (``force`` measures them again).
 
@@ -33,13 +33,15 @@ import os
 import warnings
 from typing import Any, Iterable
 
-from attnbench import bench, provenance, registry
+from attnbench import provenance, registry
+from attnbench.bench import isolation
 from attnbench.errors import AttnbenchError
 from attnbench.spec import AttentionSpec, as_specs
 from attnbench.store import Measurement, Store, point_hash
 from attnbench.sweep import Cell
 
 from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
+from .measure import PointSpec, measure_point
 
 SUITE = "scaling"
 INJECT_ENV = "ATTNBENCH_INJECT"
@@ -290,7 +292,7 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
             n0, st = failed_at[key]
             return CellResult("skipped", error=f"not attempted: N={n0} already ended {st}")
         kind = injected.get((p.attention, p.seq_len, p.mode)) or injected.get((p.attention, p.seq_len, None))
-        spec = bench.PointSpec(
+        spec = PointSpec(
             attention=p.attention, seq_len=p.seq_len, mode=p.mode, causal=p.causal, dtype=p.dtype,
             device=pre.device, batch=pre.batch, heads=pre.heads, head_dim=pre.head_dim, options=p.options,
             seed=pre.seed, threads=plan.threads, check_seq_len=pre.check.seq_len, rtol=pre.check.rtol,
@@ -299,10 +301,10 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
         line = _in_flight(ctx, p)
         try:
             if child:
-                out = bench.run_in_child(bench.measure_point, spec, timeout=pre.time_budget,
-                                         mem_budget_bytes=mem_budget)
+                out = isolation.run_in_child(measure_point, spec, timeout=pre.time_budget,
+                                             mem_budget_bytes=mem_budget)
             else:
-                out = bench.run_inline(bench.measure_point, spec)
+                out = isolation.run_inline(measure_point, spec)
         finally:
             if line is not None:
                 ctx.progress.remove_task(line)
@@ -404,15 +406,18 @@ def flop_exponent(p: Point, plan: ScalingPlan) -> float:
 
     import torch
 
+    from attnbench.bench.flops import count_flops
+    from attnbench.bench.timing import make_step
+
     counts = []
     n = max(plan.preset.check.seq_len, 16)
     for length in (n, 2 * n):
-        module = bench.build_attention(p.attention, seq_len=length, heads=plan.preset.heads,
-                                       head_dim=plan.preset.head_dim, causal=p.causal, options=p.options)
+        module = registry.build_for_length(p.attention, seq_len=length, heads=plan.preset.heads,
+                                           head_dim=plan.preset.head_dim, causal=p.causal, **p.options)
         grad = p.mode == "fwd+bwd"
         shape = (1, plan.preset.heads, length, plan.preset.head_dim)
         q, k, v = (torch.randn(shape).requires_grad_(grad) for _ in range(3))
-        counts.append(bench.count_flops(bench.make_step(module, q, k, v, torch.randn(shape) if grad else None)))
+        counts.append(count_flops(make_step(module, q, k, v, torch.randn(shape) if grad else None)))
     return math.log2(counts[1] / counts[0]) if counts[0] > 0 and counts[1] > 0 else 1.0
 
 

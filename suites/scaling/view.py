@@ -6,7 +6,7 @@ same N), GFLOP/s at the largest N, peak memory at each N (ratio to softmax) and 
 least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.report.fit_exponent`).
 
 Memory. The primary figure is ``peak_tensor_bytes``: the peak bytes of tensors alive at once during one call,
-above the inputs, counted at the tensor level (:class:`attnbench.bench.TensorMemory`), so the same on any CPU
+above the inputs, counted at the tensor level (:class:`attnbench.bench.memory.TensorMemory`), so the same on any CPU
 and allocator. The secondary figure is the process-level RSS peak (``peak_rss_bytes``); where the RSS rose by less
 than its resolution it is recorded as None with the reason (``rss_note``) and shown as ``< res.``, never as 0.
 Records written before the tensor-level figure existed carry only ``peak_mem_bytes`` (RSS on the CPU, the CUDA

@@ -202,11 +202,11 @@ def resolution_sweep(model: torch.nn.Module, pre: VisionPreset, num_classes: int
                      device: torch.device) -> list[dict]:
     """The trained weights at each resolution of ``pre.sweep`` (position embedding resampled): inference
     images/s and peak memory of one forward at ``pre.sweep.batch`` images. Peak memory is the CUDA allocator's
-    peak on a GPU, else the tensor bytes alive at once (:class:`attnbench.bench.TensorMemory`, the same on any
+    peak on a GPU, else the tensor bytes alive at once (:class:`attnbench.bench.memory.TensorMemory`, the same on any
     CPU). A resolution that runs out of memory is recorded ``oom`` and the sweep goes on."""
     import tempfile
 
-    from attnbench.bench import TensorMemory
+    from attnbench.bench.memory import TensorMemory
     from attnbench.errors import is_oom
     from attnbench.models.vit import load_pretrained
 

@@ -1,19 +1,24 @@
-"""``attnbench check``: every implementation of every mechanism against its reference, forward and backward.
+"""The one verification: a fast form against its reference, forward and backward, under the one tolerance policy.
 
-The same comparison the test suite makes, as a library function: odd lengths, float64 by default, gradients with
-respect to q, k, v and every parameter, judged by the one tolerance policy of :mod:`attnbench.tolerance` (the
-fast form's error against the float64 reference may be at most ``MULTIPLE`` times the reference's own error in the
-same precision, plus a floor; in float64 the bound is the floor). The delta-rule op of the LM suite is checked the
-same way (``delta_rule``, ``gated_delta_rule``: every impl against the token-by-token recurrence).
+Every place that asks "does this form compute its mechanism?" asks it here: ``attnbench check``
+(:func:`verify_all`), the timing gate before any timing (:func:`verify_resolved`, called by the scaling suite's
+point and ``benchmarks/``), the contract tests and the benchmarks (:func:`verify`, :func:`forward_backward`).
+
+One comparison (:func:`_agreement`): the fast form and the reference in the precision under test against the
+reference in float64 (the module's float64 copy) on the same inputs; the output and the gradients of a fixed
+projection of it with respect to q, k, v and every parameter, judged by :func:`attnbench.tolerance.compare`
+(the fast form's error may be at most ``MULTIPLE`` times the reference's own error in the same precision, plus a
+floor; in float64 the bound is the floor). One result type, :class:`Verdict`. The delta-rule op of the LM suite
+is verified the same way (``delta_rule``, ``gated_delta_rule``: every impl against the token-by-token recurrence).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from rich.table import Table
 
 from . import registry
 from .attention.base import triton_usable
@@ -25,7 +30,9 @@ DELTA_OPS = {"delta_rule": False, "gated_delta_rule": True}   # name -> gated
 
 
 @dataclass
-class CheckResult:
+class Verdict:
+    """One form of one mechanism at one length and precision, as the policy judged it."""
+
     name: str
     causal: bool
     impl: str
@@ -38,10 +45,16 @@ class CheckResult:
     detail: str = ""
     ref_err: float | None = None  # the reference's own error in dtype, for the worst tensor
     worst: str = ""               # which tensor was worst (closest to or furthest past its bound)
+    err: float | None = None      # the worst tensor's error (the one held to ``bound``)
 
     @property
     def ok(self) -> bool:
         return self.status in ("ok", "skipped")
+
+    def as_metrics(self) -> dict[str, Any]:
+        """The gate's numbers as a timed record stores them."""
+        return {"check_err": self.err, "check_tol": self.bound, "check_ref_err": self.ref_err,
+                "check_seq_len": self.seq_len}
 
 
 def forward_backward(fn, inputs: list[torch.Tensor], weight: torch.Tensor | None = None,
@@ -85,60 +98,111 @@ def _params(module) -> list[torch.Tensor]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
-def _result(name: str, causal: bool, impl: str, seq_len: int, a: Agreement) -> CheckResult:
-    """A :class:`CheckResult` from the policy's verdict: the output's and the worst gradient's errors, and the
-    worst tensor's bound."""
+def _judge(fast, reference, low: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype,
+           names: list[str], ground_truth, *, params: list[torch.Tensor] = (), floor: float | None = None
+           ) -> Agreement:
+    """The comparison every verification makes: ``fast`` and ``reference`` on the same ``low`` inputs (in
+    ``dtype``) against ``ground_truth()`` (the reference in float64; in float64 the reference itself is the
+    ground truth). With ``weight``, also the gradients of ``<out, weight>`` with respect to the inputs and
+    ``params``. ``floor`` replaces the dtype's floor."""
+    fast_out = forward_backward(fast, low, weight, params)
+    ref_low = forward_backward(reference, low, weight, params)
+    ref64 = ref_low if dtype == torch.float64 else ground_truth()
+    return compare(fast_out, ref_low, ref64, names=names, dtype=dtype, floor=floor)
+
+
+def _judge_module(module, fast, inputs: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype, *,
+                  floor: float | None = None) -> Agreement:
+    """:func:`_judge` for an attention module: ``fast`` and ``module.reference`` in ``dtype`` against the
+    reference of the module's float64 copy on the float64 ``inputs``; gradients with respect to q, k, v and every
+    parameter."""
+    def ground_truth():
+        try:
+            module64 = copy.deepcopy(module).double()
+            return forward_backward(module64.reference, inputs, weight, _params(module64))
+        except (RuntimeError, TypeError):  # a reference that cannot run in float64: ground truth in float32
+            module32 = copy.deepcopy(module).float()
+            return forward_backward(module32.reference, [t.float() for t in inputs], weight, _params(module32))
+
+    names = ["output", "grad q", "grad k", "grad v"] + [f"grad {n}" for n, p in module.named_parameters()
+                                                        if p.requires_grad]
+    return _judge(fast, module.reference, [t.to(dtype) for t in inputs], weight, dtype, names, ground_truth,
+                  params=_params(module), floor=floor)
+
+
+def _verdict(name: str, causal: bool, impl: str, seq_len: int, a: Agreement) -> Verdict:
+    """A :class:`Verdict` from the policy's agreement: the output's and the worst gradient's errors, and the
+    worst tensor's error and bound."""
     out = a.tensors[0].err if a.tensors else None
     grads = [t.err for t in a.tensors[1:]]
     bwd = max(grads, key=lambda e: float("inf") if e != e else e) if grads else None
-    return CheckResult(name, causal, impl, seq_len, a.dtype, out, bwd, a.bound, "ok" if a.ok else "mismatch",
-                       "" if a.ok else a.describe(), a.ref_err, a.worst)
+    return Verdict(name, causal, impl, seq_len, a.dtype, out, bwd, a.bound, "ok" if a.ok else "mismatch",
+                   "" if a.ok else a.describe(), a.ref_err, a.worst, a.err)
 
 
 def runnable_impls(cls, causal: bool) -> list[str]:
     return [i for i in cls.impls_for(causal) if i != "reference"]
 
 
-def check_one(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dtype = torch.float64,
-              heads: int = 2, head_dim: int = 8, batch: int = 2, seed: int = 0) -> CheckResult:
+def _not_run(name: str, causal: bool, impl: str, seq_len: int, dtype: torch.dtype, status: str,
+             detail: str) -> Verdict:
+    return Verdict(name, causal, impl, seq_len, str(dtype).replace("torch.", ""), None, None, floor_for(dtype),
+                   status, detail)
+
+
+def verify(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dtype = torch.float64,
+           heads: int = 2, head_dim: int = 8, batch: int = 2, seed: int = 0) -> Verdict:
     """``impl`` of ``name`` against its reference under the tolerance policy: the fast form and the reference in
     ``dtype`` against the reference in float64 (the module's float64 copy) on the same inputs, forward and
-    the gradients with respect to q, k, v and every parameter."""
+    the gradients with respect to q, k, v and every parameter. A form that cannot run here is ``skipped``, a
+    crash is ``error`` (a row of ``attnbench check``, not a traceback)."""
     cls = registry.get_attention(name)
     if impl in cls.gpu_only_impls and dtype == torch.float64:
         dtype = torch.float32  # Triton kernels compute in fp32 at most
-    label = str(dtype).replace("torch.", "")
     if impl in cls.gpu_only_impls and not triton_usable(torch.device("cpu")) and not torch.cuda.is_available():
-        return CheckResult(name, causal, impl, seq_len, label, None, None, floor_for(dtype), "skipped",
-                           "needs CUDA")
+        return _not_run(name, causal, impl, seq_len, dtype, "skipped", "needs CUDA")
     device = "cuda" if impl in cls.gpu_only_impls and torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     try:
         module = registry.build_for_length(name, seq_len=seq_len, heads=heads, head_dim=head_dim,
                                            causal=causal, impl=impl).to(device=device, dtype=dtype)
         gen = torch.Generator().manual_seed(seed)
-        q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, dtype=torch.float64).to(device)
-                   for _ in range(3))
-        weight, low = _weight(q, v), [t.to(dtype) for t in (q, k, v)]
-        fast = forward_backward(lambda *x: module.run(impl, *x), low, weight, _params(module))
-        ref_low = forward_backward(module.reference, low, weight, _params(module))
-        if dtype == torch.float64:
-            ref64 = ref_low  # the reference in the same precision is the ground truth: the bound is the floor
-        else:
-            module64 = copy.deepcopy(module).double()
-            ref64 = forward_backward(module64.reference, [q, k, v], weight, _params(module64))
+        qkv = [torch.randn(batch, heads, seq_len, head_dim, generator=gen, dtype=torch.float64).to(device)
+               for _ in range(3)]
+        a = _judge_module(module, lambda *x: module.run(impl, *x), qkv, _weight(qkv[0], qkv[2]), dtype)
     except UnsupportedError as e:
-        return CheckResult(name, causal, impl, seq_len, label, None, None, floor_for(dtype), "skipped", str(e))
+        return _not_run(name, causal, impl, seq_len, dtype, "skipped", str(e))
     except Exception as e:  # a crash is a failed check, reported in the table, not a traceback
-        return CheckResult(name, causal, impl, seq_len, label, None, None, floor_for(dtype), "error",
-                           f"{type(e).__name__}: {e}")
-    names = ["output", "grad q", "grad k", "grad v"] + [f"grad {n}" for n, p in module.named_parameters()
-                                                        if p.requires_grad]
-    return _result(name, causal, impl, seq_len, compare(fast, ref_low, ref64, names=names, dtype=dtype))
+        return _not_run(name, causal, impl, seq_len, dtype, "error", f"{type(e).__name__}: {e}")
+    return _verdict(name, causal, impl, seq_len, a)
 
 
-def check_delta(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torch.float64, heads: int = 2,
-                head_dim: int = 8, batch: int = 2, seed: int = 0) -> CheckResult:
+def verify_resolved(name: str, *, heads: int, head_dim: int, causal: bool, dtype: torch.dtype = torch.float32,
+                    device: str = "cpu", grads: bool = False, seq_len: int = 128, batch: int = 1,
+                    options: dict | None = None, impl: str = "auto", floor: float | None = None,
+                    seed: int = 0) -> Verdict:
+    """The timing gate: the form ``impl`` resolves to on ``device`` (``auto``: the one a timed run uses), built
+    with ``options`` as the timed module is (parameters in their default precision, inputs in ``dtype``),
+    against ``module.reference`` at ``[batch, heads, seq_len, head_dim]``, forward and (``grads``) the gradients
+    with respect to q, k, v and every parameter, under the tolerance policy (``floor``, if given, replaces the
+    dtype's floor). A failure's ``detail`` names the tensor, the length and the form. Raises
+    :class:`UnsupportedError` if the mechanism cannot be built this way (a point that is not timed either)."""
+    module = registry.build_for_length(name, seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal,
+                                       impl=impl, **(options or {})).to(device)
+    resolved = module.resolve_impl(device)
+    gen = torch.Generator().manual_seed(seed)
+    shape = (batch, heads, seq_len, head_dim)
+    base = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3)]
+    g64 = torch.randn(shape, generator=gen, dtype=torch.float64).to(device)
+    a = _judge_module(module, module, [t.to(device) for t in base], g64 if grads else None, dtype, floor=floor)
+    v = _verdict(name, causal, resolved, seq_len, a)
+    if not a.ok:
+        v.detail = f"{a.describe()} at N={seq_len} (impl={resolved})"
+    return v
+
+
+def verify_delta_rule(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torch.float64, heads: int = 2,
+                      head_dim: int = 8, batch: int = 2, seed: int = 0) -> Verdict:
     """``attnbench.ops.delta_rule(impl=...)`` against :func:`~attnbench.ops.delta.delta_rule_recurrent`, forward
     and the gradients with respect to q, k, v, beta (and g), at stable inputs (L2-normalised k, beta in (0, 1));
     chunks of 16 so that the longer lengths span several. Under the tolerance policy: the recurrence in ``dtype``
@@ -148,8 +212,7 @@ def check_delta(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torc
 
     if impl == "fla":
         if not torch.cuda.is_available():
-            return CheckResult(name, True, impl, seq_len, "bfloat16", None, None, floor_for(torch.bfloat16),
-                               "skipped", "needs CUDA")
+            return _not_run(name, True, impl, seq_len, torch.bfloat16, "skipped", "needs CUDA")
         dtype, device = torch.bfloat16, "cuda"
     else:
         device = "cpu"
@@ -164,31 +227,29 @@ def check_delta(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torc
         inputs.append(torch.nn.functional.logsigmoid(torch.randn(shape[:3], generator=gen, dtype=torch.float64) + 2))
         names.append("grad g")
     weight = torch.randn(shape, generator=gen, dtype=torch.float64)
-    label = str(dtype).replace("torch.", "")
-    low = [t.to(device, dtype) for t in inputs]
+    recurrence = (lambda *x: delta_rule_recurrent(*x)[0])
     try:
-        fast = forward_backward(lambda *x: delta_rule(*x, impl=impl, chunk_size=16)[0], low, weight.to(device))
-        ref_low = forward_backward(lambda *x: delta_rule_recurrent(*x)[0], low, weight.to(device))
-        ref64 = ref_low if dtype == torch.float64 else forward_backward(
-            lambda *x: delta_rule_recurrent(*x)[0], inputs, weight)
+        a = _judge(lambda *x: delta_rule(*x, impl=impl, chunk_size=16)[0], recurrence,
+                   [t.to(device, dtype) for t in inputs], weight.to(device), dtype, names,
+                   lambda: forward_backward(recurrence, inputs, weight))
     except UnsupportedError as e:
-        return CheckResult(name, True, impl, seq_len, label, None, None, floor_for(dtype), "skipped", str(e))
+        return _not_run(name, True, impl, seq_len, dtype, "skipped", str(e))
     except Exception as e:  # a crash is a failed check, reported in the table, not a traceback
-        return CheckResult(name, True, impl, seq_len, label, None, None, floor_for(dtype), "error",
-                           f"{type(e).__name__}: {e}")
-    return _result(name, True, impl, seq_len, compare(fast, ref_low, ref64, names=names, dtype=dtype))
+        return _not_run(name, True, impl, seq_len, dtype, "error", f"{type(e).__name__}: {e}")
+    return _verdict(name, True, impl, seq_len, a)
 
 
-def check_all(names: list[str] | None = None, *, dtype: str = "float64",
-              lengths: tuple[int, ...] = CHECK_LENGTHS) -> list[CheckResult]:
-    """Every impl of the named mechanisms (default: all, then the delta-rule ops) at ``lengths``."""
+def verify_all(names: list[str] | None = None, *, dtype: str = "float64",
+               lengths: tuple[int, ...] = CHECK_LENGTHS) -> list[Verdict]:
+    """``attnbench check``: every impl of the named mechanisms (default: all, then the delta-rule ops) at
+    ``lengths``."""
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}.get(dtype)
     if torch_dtype is None:
         raise AttnbenchError(f"check: argument 'dtype' must be float64 or float32, got {dtype!r}")
     rows = []
     for name in names or registry.names() + list(DELTA_OPS):
         if name in DELTA_OPS:
-            rows += [check_delta(name, impl=impl, seq_len=n, dtype=torch_dtype)
+            rows += [verify_delta_rule(name, impl=impl, seq_len=n, dtype=torch_dtype)
                      for impl in ("torch", "fla") for n in lengths]
             continue
         if name not in registry.names():
@@ -199,11 +260,11 @@ def check_all(names: list[str] | None = None, *, dtype: str = "float64",
         for causal in forms:
             for impl in runnable_impls(cls, causal):
                 for n in lengths:
-                    rows.append(check_one(name, causal=causal, impl=impl, seq_len=n, dtype=torch_dtype))
+                    rows.append(verify(name, causal=causal, impl=impl, seq_len=n, dtype=torch_dtype))
     return rows
 
 
-def check_table(rows: list[CheckResult]):
+def check_table(rows: list[Verdict]):
     """The rows of ``attnbench check`` as one :data:`attnbench.report.TableData` (printed by
     :func:`attnbench.report.render_tables`, in any ``--format``)."""
     from rich.text import Text
@@ -219,13 +280,7 @@ def check_table(rows: list[CheckResult]):
                    f"in the same dtype + floor; worst tensor.")
 
 
-def render_checks(rows: list[CheckResult]) -> Table:
-    from .report import rich_tables
-
-    return rich_tables([check_table(rows)])[0]
-
-
-def summarize(rows: list[CheckResult]) -> tuple[str, bool]:
+def summarize(rows: list[Verdict]) -> tuple[str, bool]:
     """The summary line of ``attnbench check`` and whether anything failed: agreed, skipped (with the reasons),
     disagreed and errored are counted apart, so a skipped check is never reported as an agreeing one."""
     from collections import Counter
