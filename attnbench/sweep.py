@@ -287,6 +287,11 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
                                                              "command to resume")
                 except Exception as exc:  # noqa: BLE001 - every failure of one cell is recorded, the sweep goes on
                     result = _result_of(exc)
+                except BaseException:  # the process abandons the cell unrecorded: it no longer holds it
+                    watch.stop()
+                    if main:
+                        store.release(cell.config_hash)
+                    raise
                 others = watch.stop()
                 if others and result.metrics is not None:
                     result.metrics = {**result.metrics, "concurrent_attnbench": others}
