@@ -312,26 +312,34 @@ def _fla_launches(arch: int, quick: bool) -> tuple[list[_Launch], list[str]]:
             warnings.simplefilter("ignore")
             from fla.ops.delta_rule import chunk_delta_rule
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+        # training: no state, forward and backward; incremental decoding (the LM's caches): a state in and out,
+        # forward only
         for label, gated, K, V in (_QUICK_FLA if quick else _FLA_SHAPES):
             for dname, dt in dtypes.items():
-                H = 2
-                q, k = _meta(1, _FLA_T, H, K, dtype=dt, grad=True), _meta(1, _FLA_T, H, K, dtype=dt, grad=True)
-                v = _meta(1, _FLA_T, H, V, dtype=dt, grad=True)
-                beta = _meta(1, _FLA_T, H, dtype=dt, grad=True)
-                g = _meta(1, _FLA_T, H, dtype=torch.float32, grad=True)
-                where = f"{dname} {label} K={K} V={V} chunk=64"
-                if gated:
-                    call = lambda: chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64)  # noqa: E731
-                else:
-                    call = lambda: chunk_delta_rule(q, k, v, beta, chunk_size=64)  # noqa: E731
-                try:
-                    with _intercept() as got:
-                        _run_fwd_bwd(call, [q, k, v, beta] + ([g] if gated else []))
-                except Exception as e:  # noqa: BLE001 - FLA's own checks (e.g. head size limits) are findings
-                    refused.append(f"{where}: FLA refuses: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                    continue
-                for obj, a, kw in got:
-                    launches.append(_Launch("fla", where, obj, a, kw))
+                for state in ((False,) if quick else (False, True)):
+                    H, grad = 2, not state
+                    q, k = _meta(1, _FLA_T, H, K, dtype=dt, grad=grad), _meta(1, _FLA_T, H, K, dtype=dt, grad=grad)
+                    v = _meta(1, _FLA_T, H, V, dtype=dt, grad=grad)
+                    beta = _meta(1, _FLA_T, H, dtype=dt, grad=grad)
+                    g = _meta(1, _FLA_T, H, dtype=torch.float32, grad=grad)
+                    kw = dict(chunk_size=64, initial_state=_meta(1, H, K, V) if state else None,
+                              output_final_state=state)
+                    where = f"{dname} {label} K={K} V={V} chunk=64" + (" state" if state else "")
+                    if gated:
+                        call = lambda: chunk_gated_delta_rule(q, k, v, g, beta, **kw)  # noqa: E731
+                    else:
+                        call = lambda: chunk_delta_rule(q, k, v, beta, **kw)  # noqa: E731
+                    try:
+                        with _intercept() as got:
+                            if state:
+                                call()
+                            else:
+                                _run_fwd_bwd(call, [q, k, v, beta] + ([g] if gated else []))
+                    except Exception as e:  # noqa: BLE001 - FLA's own checks (e.g. head size limits) are findings
+                        refused.append(f"{where}: FLA refuses: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                        continue
+                    for obj, a, kwargs in got:
+                        launches.append(_Launch("fla", where, obj, a, kwargs))
     return launches, refused
 
 
