@@ -478,7 +478,7 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
 
     results = [Result("fla", "(python)", line.split(": FLA refuses")[0], "-", "", 0, 0, status="FAIL",
                       error=line.split(": ", 1)[1], smem_limit=limit) for line in refused
-               if not only or all(w in line for w in only.split())]
+               if not only or all(w in f"fla {line}" for w in only.split())]
     fitted: set[str] = set()   # autotuned launches with a config that fits already
     for i, (res, fn, signature, constexprs, attrs, options) in enumerate(jobs):
         if res.tuned and res.tuned in fitted and not all_configs:
