@@ -17,8 +17,9 @@ A kernel is compiled exactly as Triton would compile it at launch on the target 
 
 A configuration fails if it does not compile, needs more shared memory than the target allows a block, or more
 registers than the register file holds for its threads. For an autotuned kernel (FLA's) a config that does not
-fit is skipped by the autotuner on the GPU too: the launch fails only if none of its configs fits (its configs
-are compiled in order until one fits; ``all_configs=True`` compiles them all). Spilling is
+fit is skipped by the autotuner on the GPU too: the launch fails only if none of its configs fits. Its configs
+are compiled in the autotuner's order until one fits without spilling (``all_configs=True``: all of them); the
+table shows that one, or the one that spills least. Spilling is
 reported, not failed. What this proves: the kernels compile for that GPU and fit; it says nothing about numbers
 (the interpreter tests prove those) or speed.
 
@@ -434,8 +435,8 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     FAIL row per FLA shape FLA's own Python refuses).
 
     ``quick``: the presets' main shape per kernel and dtype, FLA at one LM shape in bfloat16. Autotuned launches
-    (FLA's) compile their configs in the autotuner's order until one fits, which proves the autotuner has a config
-    to run on that GPU; ``all_configs`` compiles every config (about a thousand per arch: slow).
+    (FLA's) compile their configs in the autotuner's order until one fits without spilling, which proves the
+    autotuner has such a config on that GPU; ``all_configs`` compiles every config (about a thousand per arch).
     ``only``: keep configurations whose "group kernel dtype where" has all these words; ``select``: keep those it
     accepts (it sees a Result before compiling); ``one_per_kernel``: keep the first of each (kernel, dtype)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -479,9 +480,9 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     results = [Result("fla", "(python)", line.split(": FLA refuses")[0], "-", "", 0, 0, status="FAIL",
                       error=line.split(": ", 1)[1], smem_limit=limit) for line in refused
                if not only or all(w in f"fla {line}" for w in only.split())]
-    fitted: set[str] = set()   # autotuned launches with a config that fits already
+    clean: set[str] = set()   # autotuned launches with a config that fits and does not spill already
     for i, (res, fn, signature, constexprs, attrs, options) in enumerate(jobs):
-        if res.tuned and res.tuned in fitted and not all_configs:
+        if res.tuned and res.tuned in clean and not all_configs:
             continue
         t0 = time.perf_counter()
         try:
@@ -492,15 +493,21 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
         except Exception as e:  # noqa: BLE001 - every failing config is reported, then the check fails
             res.status, res.error = "FAIL", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         res.seconds = time.perf_counter() - t0
-        if res.tuned and res.status != "FAIL":
-            fitted.add(res.tuned)
+        if res.tuned and res.status == "ok":
+            clean.add(res.tuned)
         results.append(res)
         if progress:
             progress(i + 1, len(jobs), res)
-    # an autotune config that does not fit is only skipped (as the autotuner does) while another one fits
-    fits = {r.tuned for r in results if r.tuned and r.status != "FAIL"}
+    # Per autotuned launch the row that stands for it: its first config that fits without spilling, else the one
+    # that spills least; the others are "skip" (the autotuner skips what does not fit; it times the rest)
+    best: dict[str, Result] = {}
     for r in results:
-        if r.tuned and r.status == "FAIL" and r.tuned in fits:
+        if r.tuned and r.status != "FAIL":
+            b = best.get(r.tuned)
+            if b is None or (r.status == "ok") > (b.status == "ok") or (b.status != "ok" and r.spill < b.spill):
+                best[r.tuned] = r
+    for r in results:
+        if r.tuned and r.tuned in best and r is not best[r.tuned]:
             r.status = "skip"
     return results
 
