@@ -75,6 +75,6 @@ def test_mechanism_specific_constraints():
     with pytest.raises(ShapeError, match=r"argument 'v' must have an even value size"):
         attn(q, k, torch.randn(1, 2, 5, 7))
     with pytest.raises(AttnbenchError, match=r"option 'ns_scaling' must be one of"):
-        attnbench.build("laplacian", heads=2, head_dim=8, ns_scaling="paper")
+        attnbench.build("laplacian", heads=2, head_dim=8, ns_scaling="svd")
     with pytest.raises(AttnbenchError, match=r"argument 'heads' must be a positive int"):
         attnbench.build("linear", heads=0, head_dim=8)

@@ -147,7 +147,8 @@ def test_newton_schulz_soft_scaling_on_symmetric_psd():
 
 def test_laplacian_with_all_tokens_as_landmarks_is_the_exact_kernel():
     """With m = N landmarks the Nyström form reproduces k(Q, K) exactly (up to the NS inverse)."""
-    attn = attnbench.build("laplacian", heads=1, head_dim=4, landmarks=64, ns_iters=60, ns_ridge=0.0).double()
+    attn = attnbench.build("laplacian", heads=1, head_dim=4, landmarks=64, ns_iters=60, ns_ridge=0.0,
+                           qk_scale="none").double()
     q, k = randn(1, 1, 9, 4, seed=14, scale=0.5), randn(1, 1, 9, 4, seed=15, scale=0.5)
     C, W_pinv, R = attn._nystrom(q, k)
     torch.testing.assert_close(C @ W_pinv @ R, laplace_kernel(q, k, 4.0), rtol=1e-6, atol=1e-6)
@@ -159,6 +160,67 @@ def test_laplacian_kernel_gradient_does_not_vanish_near_coincidence():
     x = torch.full((1, 1, 1, 3), 1e-6, dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(laplace_kernel(x, y, 4.0).sum(), x)
     torch.testing.assert_close(g.abs(), torch.full_like(g, 0.25), rtol=1e-4, atol=0)
+
+
+def test_laplacian_pool2d_landmarks_are_block_means_of_the_patch_grid():
+    """Sec. 4.2: r x r average pooling of the token map (PVTv2); the N - side^2 leading tokens (a ViT's class
+    token) are not pooled."""
+    for prefix in (0, 1):
+        x = randn(2, 3, prefix + 36, 5, seed=21)                                    # 6 x 6 patches
+        attn = attnbench.build("laplacian", heads=3, head_dim=5, landmark_pool="pool2d", landmarks=9)
+        grid = x[:, :, prefix:].reshape(2, 3, 6, 6, 5)
+        want = torch.stack([grid[:, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2].mean((2, 3))
+                            for i in range(3) for j in range(3)], dim=2)            # row-major 2 x 2 blocks
+        torch.testing.assert_close(attn._landmarks(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_laplacian_qk_scale_is_a_kernel_width():
+    """exp(-||s q - s k||_1 / lam) = exp(-||q - k||_1 / (lam / s)): qk_scale = sqrt_d is lam * sqrt(d)."""
+    q, k, v = (randn(2, 2, 19, 16, seed=s) for s in (31, 32, 33))
+    a = attnbench.build("laplacian", heads=2, head_dim=16, landmarks=8, qk_scale="sqrt_d").double()
+    b = attnbench.build("laplacian", heads=2, head_dim=16, landmarks=8, qk_scale="none", lam=a.lam * 4.0).double()
+    torch.testing.assert_close(a(q, k, v), b(q, k, v), rtol=1e-10, atol=1e-10)
+
+
+def test_newton_schulz_paper_scaling_diverges_where_ours_converges():
+    """alpha = 2/||W||_2 (as printed) breaks ||I - alpha W W^T|| < 1 once ||W||_2 > 1 (a unit-diagonal kernel
+    matrix); 1/(||W||_1 ||W||_inf) converges on the same matrices."""
+    x = randn(3, 16, 4, seed=41, scale=0.3)
+    W = laplace_kernel(x, x, 4.0)
+    assert (torch.linalg.matrix_norm(W, ord=2) > 1).all()
+    exact = torch.linalg.pinv(W)
+    err = lambda X: ((X - exact).norm() / exact.norm()).item()  # noqa: E731
+    assert not err(newton_schulz_pinv(W, iters=40, scaling="paper")) < 1  # inf or nan: diverged
+    assert err(newton_schulz_pinv(W, iters=40, scaling="norm1inf")) < 1e-8
+
+
+READINGS = {"literal": dict(lam=4.0, qk_scale="none", ns_iters=20, landmark_pool="segment", landmarks=8),
+            "pool2d": dict(landmark_pool="pool2d", landmarks=9)}
+
+
+@pytest.mark.parametrize("reading", list(READINGS))
+def test_laplacian_readings_fast_forms_match_reference(reading):
+    """The non-default readings kept as options: torch (float64) and Triton (interpreted, float32) against the
+    reference, forward and backward, at an odd length (1 + 5 x 5 tokens: a class token and a patch grid)."""
+    from attnbench.verify import forward_backward
+    from attnbench.kernels import kernels_available
+
+    from .helpers import assert_matches_fp64, assert_within_policy
+
+    n = 26
+    q, k, v = (randn(2, 2, n, 8, seed=s, scale=0.5) for s in (51, 52, 53))
+    w = randn(2, 2, n, 8, seed=54)
+    attn = attnbench.build("laplacian", heads=2, head_dim=8, **READINGS[reading]).double()
+    ref64 = forward_backward(attn.reference, [q, k, v], w)
+    fast = forward_backward(lambda *x: attn.run("torch", *x), [q, k, v], w)
+    for what, a, b in zip(("out", "dq", "dk", "dv"), fast, ref64):
+        assert_matches_fp64(a, b, what)
+    if kernels_available("cpu"):
+        f32 = [t.float() for t in (q, k, v)]
+        ref32 = forward_backward(attn.float().reference, f32, w.float())
+        tri = forward_backward(lambda *x: attn.run("triton", *x), f32, w.float())
+        for what, a, b, c in zip(("out", "dq", "dk", "dv"), tri, ref32, ref64):
+            assert_within_policy(a, b, c, what)
 
 
 # --- MixA / SteLLA --------------------------------------------------------------------------------------------

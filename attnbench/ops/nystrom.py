@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 PINV_INITS = ("norm1inf", "norm1")
-NS_SCALINGS = ("norm1inf", "soft")
+NS_SCALINGS = ("norm1inf", "soft", "paper")
+NS_GRADS = ("unrolled", "implicit")
 
 
 def segment_bounds(n: int, m: int) -> list[tuple[int, int]]:
@@ -64,24 +65,53 @@ def iterative_pinv(a: torch.Tensor, iters: int = 6, init: str = "norm1inf") -> t
     return z
 
 
+class _ExactInverseGrad(torch.autograd.Function):
+    """``apply(X, P) -> X`` whose backward treats X as the exact inverse of P: ``dP = -X^T G X^T`` (the
+    released LaplacianFormer code's backward), not the derivative of the iterations that produced X."""
+
+    @staticmethod
+    def forward(ctx, X, P):
+        ctx.save_for_backward(X)
+        return X.view_as(X)
+
+    @staticmethod
+    def backward(ctx, G):
+        (X,) = ctx.saved_tensors
+        Xt = X.transpose(-1, -2)
+        return None, -(Xt @ G @ Xt)
+
+
 def newton_schulz_pinv(W: torch.Tensor, *, iters: int = 20, scaling: str = "norm1inf",
-                       ridge: float = 0.0, step=None) -> torch.Tensor:
+                       ridge: float = 0.0, step=None, grad: str = "unrolled") -> torch.Tensor:
     """Moore–Penrose pseudo-inverse of ``[..., m, m]`` matrices by Newton–Schulz (Sec. 4.2):
     ``X_{k+1} = X_k (2I - P X_k)``, ``X_0 = alpha P^T``, ``P = W + ridge * I``.
 
     ``scaling`` chooses alpha: ``"norm1inf"``: ``1 / (||P||_1 ||P||_inf)`` (<= 1/||P||_2^2, so the
     iteration converges for any P, symmetric or not); ``"soft"``: the released CUDA code's
-    ``1.8 / max_rowsum(W)^2`` (valid for symmetric PSD W, as SOFT). The paper's printed ``alpha = 2/||W||_2``
-    does not guarantee ``||I - alpha W W^T|| < 1`` and is not offered. Gradients flow through the iterations.
+    ``1.8 / max_rowsum(W)^2`` (valid for symmetric PSD W, as SOFT); ``"paper"``: the printed
+    ``alpha = 2 / ||P||_2`` (spectral norm), kept as the literal reading: ``||I - alpha P P^T|| < 1`` needs
+    ``alpha < 2 / ||P||_2^2``, so it diverges whenever ``||P||_2 > 1`` (every unit-diagonal kernel matrix with
+    a ridge). ``grad="unrolled"``: gradients flow through the iterations; ``"implicit"``: the iterations run
+    without autograd and the gradient is that of the exact inverse, ``-X^T G X^T`` (the released code's; in
+    float32 the unrolled gradient of many iterations on an ill-conditioned P is dominated by rounding).
     ``step(X, P)`` may replace the PyTorch iteration (e.g. ``attnbench.kernels.newton_schulz_step``).
     """
     if scaling not in NS_SCALINGS:
         raise ValueError(f"newton_schulz_pinv: argument 'scaling' must be one of {NS_SCALINGS}, got {scaling!r}")
+    if grad not in NS_GRADS:
+        raise ValueError(f"newton_schulz_pinv: argument 'grad' must be one of {NS_GRADS}, got {grad!r}")
+    if grad == "implicit" and torch.is_grad_enabled() and W.requires_grad:
+        with torch.no_grad():
+            X = newton_schulz_pinv(W, iters=iters, scaling=scaling, ridge=ridge, step=step)
+        eye = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device)
+        return _ExactInverseGrad.apply(X, W + ridge * eye if ridge else W)
     m = W.shape[-1]
     eye = torch.eye(m, dtype=W.dtype, device=W.device)
     P = W + ridge * eye if ridge else W
     if scaling == "norm1inf":
         alpha = 1.0 / (P.abs().sum(-2).amax(-1) * P.abs().sum(-1).amax(-1))          # [...]
+    elif scaling == "paper":
+        alpha = 2.0 / torch.linalg.matrix_norm(P, ord=2)                             # [...]
     else:
         alpha = 1.8 / W.sum(-1).amax(-1).pow(2)
     X = alpha[..., None, None] * P.transpose(-1, -2)                                  # [..., m, m]

@@ -117,12 +117,12 @@ def run_distance(ctx: Context) -> Result:
 
 # --- solvers ----------------------------------------------------------------------------------------------------
 def landmark_matrices(ctx: Context, opts: dict) -> tuple[torch.Tensor, str]:
-    """The landmark kernel matrices W = k(Q~, K~) (Eq. 9) the mechanism inverts, ``[G, m, m]`` float64; the
-    ``tied`` input uses K~ = Q~ (the paper's symmetric PSD form)."""
-    from attnbench.attention.laplacian import laplace_kernel
-    from attnbench.ops.nystrom import segment_means
+    """The landmark kernel matrices W = k(Q~, K~) (Eq. 9) the mechanism inverts, ``[G, m, m]`` float64, built by
+    the mechanism itself (its ``qk_scale``, landmark pooling and λ); the ``tied`` input uses K = Q (the
+    paper's symmetric PSD form)."""
+    from attnbench.registry import build
 
-    s, lam, m = ctx.settings, opts["lam"], opts["landmarks"]
+    s = ctx.settings
     if ctx.input in ("synthetic", "tied"):
         q, k = clustered_qk(ctx.seed, batch=s["batch"], heads=1, tokens=s["tokens"], dim=s["dim"],
                             clusters=s["clusters"], spread=s["spread"], noise=s["noise"])
@@ -133,12 +133,14 @@ def landmark_matrices(ctx: Context, opts: dict) -> tuple[torch.Tensor, str]:
         q = q5.reshape(-1, q5.shape[2], q5.shape[3], q5.shape[4])[:: max(1, q5.shape[1] // 4)].double()
         k = k5.reshape(-1, k5.shape[2], k5.shape[3], k5.shape[4])[:: max(1, k5.shape[1] // 4)].double()
         desc += "; "
-    m = min(m, q.shape[-2])
-    q_l, k_l = segment_means(q, m), segment_means(k, m)
-    W = laplace_kernel(q_l, q_l if ctx.input == "tied" else k_l, lam)
+    attn = build("laplacian", heads=q.shape[1], head_dim=q.shape[-1], **dict(ctx.spec.options))
+    with torch.no_grad():
+        W = attn.landmark_kernel(q, q if ctx.input == "tied" else k)[-1]
+    m = W.shape[-1]
     W = W.reshape(-1, m, m)
-    kind = "tied K~ = Q~ (symmetric PSD, the paper's form)" if ctx.input == "tied" else "untied (attnbench's form)"
-    return W, desc + f"{len(W)} landmark matrices W = exp(−‖Q~ − K~‖₁/λ), λ = {lam}, m = {m}, {kind}, float64"
+    kind = "tied K = Q (symmetric PSD, the paper's form)" if ctx.input == "tied" else "untied (attnbench's form)"
+    return W, desc + (f"{len(W)} landmark matrices W = exp(−‖Q~ − K~‖₁/λ), λ = {opts['lam']}, m = {m} "
+                      f"({opts['landmark_pool']} landmarks), q, k scaled by {attn.qk_scale}, {kind}, float64")
 
 
 def ns_errors(P: torch.Tensor, exact: torch.Tensor, iters: int, scaling: str) -> np.ndarray:
@@ -263,12 +265,14 @@ def run_ns_vs_cg(ctx: Context) -> Result:
 
 
 # --- Nyström ----------------------------------------------------------------------------------------------------
-def exact_laplacian_attention(q, k, v, lam: float, eps: float) -> torch.Tensor:
-    """The Laplacian-kernel attention without Nyström: G = exp(−‖q_i − k_j‖₁/λ) in full, then the injective
-    normalisation of Eq. 4 exactly as ``LaplacianAttention.forward_reference`` applies it to its Ĝ."""
-    from attnbench.attention.laplacian import laplace_kernel
+def exact_laplacian_attention(q, k, v, lam: float, eps: float, qk_scale: str = "none") -> torch.Tensor:
+    """The Laplacian-kernel attention without Nyström: G = exp(−‖s q_i − s k_j‖₁/λ) in full (s the mechanism's
+    ``qk_scale``), then the injective normalisation of Eq. 4 exactly as ``LaplacianAttention.forward_reference``
+    applies it to its Ĝ."""
+    from attnbench.attention.laplacian import QK_SCALES, laplace_kernel
 
-    G = laplace_kernel(q, k, lam)  # [B, H, N, N]
+    s = QK_SCALES[qk_scale](q.shape[-1])
+    G = laplace_kernel(q * s, k * s, lam)  # [B, H, N, N]
     var = G.var(dim=-2, unbiased=False, keepdim=True)
     Z = (G - G.mean(-1, keepdim=True)) / torch.sqrt(var + eps) + 1.0 / G.shape[-1]
     return Z @ v
@@ -294,7 +298,7 @@ def run_nystrom(ctx: Context) -> Result:
         desc += f" (every {max(1, q5.shape[1] // 4)}-th sequence), v ~ N(0, I), float64"
     B, H, N, d = q.shape
     v = torch.randn(B, H, N, d, generator=torch.Generator().manual_seed(ctx.seed + 1), dtype=q.dtype)
-    exact = exact_laplacian_attention(q, k, v, opts["lam"], opts["whiten_eps"])
+    exact = exact_laplacian_attention(q, k, v, opts["lam"], opts["whiten_eps"], opts["qk_scale"] or "none")
     ms = sorted({m for m in [2 ** i for i in range(2, 16)] if m < N} | {N})
     from attnbench.registry import build
 
