@@ -134,9 +134,10 @@ def _nala_bwd_kernel(x, g, dx, R, D, lam, tau, eps, BR: tl.constexpr, BD: tl.con
 
 
 def _rows_per_program(D: int, backward: bool = False) -> tuple[int, int]:
-    """(rows per program, num_warps): about 8 elements per thread in the forward, 4 in the backward. No register
-    spill on sm_80 or sm_90 (``attnbench check --aot``); ptxas spills around sin/cos's slow-path call otherwise:
-    the forward with fewer elements per thread, the float32 query backward with more (sm_90)."""
+    """(rows per program, num_warps): about 8 elements per thread in the forward, 4 in the backward: the fewest
+    register spills on sm_80 and sm_90 (``attnbench check --aot``). What is left is ptxas saving one 8-byte value
+    around sin/cos's slow-path call in a few (D, dtype) configurations, at low register counts, whatever the tile
+    (the forward spills so with fewer elements per thread, the float32 query backward with more)."""
     return max(1, min(64, (512 if backward else 1024) // pow2(D, 1))), 4
 
 
