@@ -169,35 +169,6 @@ def with_data(pre: LMPreset, data: Optional[str]) -> LMPreset:
     return dataclasses.replace(pre, data=DataConfig(**dataclasses.asdict(new)))
 
 
-def smoke(pre: LMPreset, variants: Sequence[Variant], *, console, seq_len: int = 64) -> int:
-    """Instantiate each variant's model of ``pre`` at the preset's vocabulary (on the meta device: parameter
-    count), then for real on the CPU for one forward / backward step on random tokens at ``seq_len``."""
-    from attnbench.models.lm import build_lm
-
-    vocab = pre.data.vocab_size  # a hub tokenizer's is its own at run time; the preset states it for this check
-    for v in variants:
-        cfg = pre.model_config(v, vocab)
-        n = build_lm(cfg, "meta").num_params()
-        t0 = time.perf_counter()
-        torch.manual_seed(0)
-        model = build_lm(cfg)
-        built = time.perf_counter() - t0
-        ids = torch.randint(0, vocab, (1, seq_len + 1))
-        t0 = time.perf_counter()
-        loss = next_token_loss(model, ids)
-        loss.backward()
-        step = time.perf_counter() - t0
-        grads = sum(int(p.grad is not None) for p in model.parameters())
-        console.print(f"  {v.label:<28} {n / 1e6:8.2f} M parameters (vocabulary {vocab})  loss {loss.item():.3f} "
-                      f"(ln V = {math.log(vocab):.3f})  forward+backward at {seq_len} tokens {step:.1f} s "
-                      f"(build {built:.1f} s), {grads} parameter gradients")
-        if not math.isfinite(loss.item()):
-            console.print(f"[red]{v.label}: non-finite loss[/]")
-            return 1
-        del model, loss
-    return 0
-
-
 def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optional[str] = None, seed: int = 0,
            force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
            shard: Optional[tuple[int, int]] = None, console=None, argv: Optional[list[str]] = None,
@@ -214,7 +185,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
     device = default_device()
     if pre.train.precision != "fp32" and device.type != "cuda":
         raise AttnbenchError(f"{pre.path}: precision {pre.train.precision!r} is autocast on CUDA only and this machine "
-                             f"has no GPU; use --preset tiny, or `--smoke` to check the {pre.name} models on the CPU")
+                             f"has no GPU; use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
     dist = init_dist(device)
     try:
         if dist.main:
