@@ -16,7 +16,6 @@ bit-identical to an uninterrupted one on a CPU.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
