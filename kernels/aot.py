@@ -526,8 +526,9 @@ def summary(results: Iterable[Result]) -> dict:
     spills = [r.spill for r in rs if r.status in ("ok", "spill")]
     return dict(total=len(rs), ok=sum(r.status == "ok" for r in rs), spill=sum(r.status == "spill" for r in rs),
                 skip=sum(r.status == "skip" for r in rs), failed=sum(r.status == "FAIL" for r in rs),
-                max_spill=max(spills, default=0), max_shared=max((r.shared for r in rs), default=0),
-                max_regs=max((r.regs for r in rs), default=0))
+                max_spill=max(spills, default=0),
+                max_shared=max((r.shared for r in rs if r.status in ("ok", "spill")), default=0),
+                max_regs=max((r.regs for r in rs if r.status in ("ok", "spill")), default=0))
 
 
 def print_table(results: list[Result], arch: int, *, verbose: bool = False, file=None) -> int:
