@@ -160,6 +160,24 @@ class StopOnce:
         return bad
 
 
+    def stop_and_resume(self, run: Callable[..., Any], console, *, unit: str = "cell", first: Optional[dict] = None,
+                        second: Optional[dict] = None, finished_ok: bool = False) -> tuple[Any, Optional[str]]:
+        """Run a suite's sweep twice with these hooks installed by ``run``: the first attempt stops each cell,
+        the second must resume each from its checkpoint. ``first`` / ``second``: extra keywords per attempt;
+        ``finished_ok``: cells the second attempt skips as already finished (a shared teacher) are no failure.
+        Returns the second attempt's summary (the first's if it failed) and the first failure, or None."""
+        console.print(f"[dim]attempt 1: each {unit} stops inside step {self.at}, after its step-{self.at - 1} "
+                      f"checkpoint[/]")
+        summary = run(**(first or {}))
+        bad = first_failure([o for o in summary.outcomes if o.result.status != "interrupted"])
+        if bad is not None:
+            return summary, bad
+        console.print(f"[dim]attempt 2: each {unit} resumes from its checkpoint[/]")
+        summary = run(**(second or {}))
+        ran = [o for o in summary.outcomes if not (finished_ok and o.skipped)]
+        return summary, first_failure(ran) or next(iter(self.check_resumed(ran)), None)
+
+
 def first_failure(outcomes) -> Optional[str]:
     """``"<cell>: <first line of its error>"`` of the first cell that did not end ok (skips included), or None."""
     for o in outcomes:

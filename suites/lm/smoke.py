@@ -80,7 +80,7 @@ def run_smoke(pre, variants: Sequence, *, seed: int = 0, db: Optional[str] = Non
     from rich.markup import escape
 
     from attnbench.models.lm import build_lm
-    from attnbench.smoke import FullRunCost, StopOnce, first_failure, smoke_dirs, train_flops
+    from attnbench.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
 
     from .train import next_token_loss, run_lm
 
@@ -98,14 +98,11 @@ def run_smoke(pre, variants: Sequence, *, seed: int = 0, db: Optional[str] = Non
         stop = StopOnce(at=2)
         kw = dict(variants=variants, preset=small, seed=seed, db=d.db, out=str(d.work), console=console,
                   hooks=stop.hooks, progress=False)
-        console.print("[dim]attempt 1: each model stops inside step 2, after its step-1 checkpoint[/]")
-        first = run_lm(**kw, evaluate=False)
-        bad = first_failure([o for o in first.outcomes if o.result.status != "interrupted"])
-        if bad is None:
-            console.print("[dim]attempt 2: each model resumes from its checkpoint, then lm-eval scores it[/]")
-            second = run_lm(**kw, evaluate=True)
-            bad = (first_failure(second.outcomes) or next(iter(stop.check_resumed(second.outcomes)), None)
-                   or (f"lm-eval: exit code {second.exit_code()}" if second.exit_code() else None))
+        second, bad = stop.stop_and_resume(lambda **extra: run_lm(**kw, **extra), console, unit="model (lm-eval "
+                                           "scores it after its resume)", first=dict(evaluate=False),
+                                           second=dict(evaluate=True))
+        if bad is None and second.exit_code():
+            bad = f"lm-eval: exit code {second.exit_code()}"
         if bad is not None:
             console.print(f"[bold red]smoke failed:[/] {escape(bad)}")
             return 1

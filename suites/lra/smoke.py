@@ -143,7 +143,7 @@ def run_smoke(*, attentions: Sequence[str], preset: Optional[str], tasks: Option
     from rich.console import Console
     from rich.markup import escape
 
-    from attnbench.smoke import FullRunCost, StopOnce, first_failure, smoke_dirs, train_flops
+    from attnbench.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
     from attnbench.spec import as_specs
 
     from .config import PAIR_TASKS, load_preset
@@ -168,13 +168,7 @@ def run_smoke(*, attentions: Sequence[str], preset: Optional[str], tasks: Option
         hooks = lambda task, attention: stop.hooks((task, attention))  # noqa: E731
         kw = dict(attentions=specs, tasks=tasks, preset=small, data_dir=str(d.data), seed=seed, db=d.db,
                   out=str(d.work), console=console, hooks=hooks, progress=False, estimate=False)
-        console.print("[dim]attempt 1: each cell stops inside step 2, after its step-1 checkpoint[/]")
-        first = run_lra(**kw)
-        bad = first_failure([o for o in first.outcomes if o.result.status != "interrupted"])
-        if bad is None:
-            console.print("[dim]attempt 2: each cell resumes from its checkpoint[/]")
-            second = run_lra(**kw)
-            bad = first_failure(second.outcomes) or next(iter(stop.check_resumed(second.outcomes)), None)
+        _, bad = stop.stop_and_resume(lambda: run_lra(**kw), console)
         if bad is not None:
             console.print(f"[bold red]smoke failed:[/] {escape(bad)}")
             return 1

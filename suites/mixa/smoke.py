@@ -62,7 +62,7 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
     from rich.console import Console
     from rich.markup import escape
 
-    from attnbench.smoke import StopOnce, first_failure, smoke_dirs
+    from attnbench.smoke import StopOnce, smoke_dirs
     from attnbench.suites.vision import smoke as vsmoke
 
     from .train import run_mixa
@@ -79,16 +79,12 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
         stop = StopOnce(at=2)
         kw = dict(preset=small, k=k, data_dir=str(data_dir) if data_dir else None, seed=seed, db=d.db,
                   out=str(d.work), console=console, progress=False, eval_limit=vsmoke.EVAL_LIMIT)
-        console.print("[dim]attempt 1: each variant stops inside step 2, after its step-1 checkpoint[/]")
-        first = run_mixa(**kw, hooks=lambda task, attention: stop.hooks((task, attention)))
-        bad = first_failure([o for o in first.outcomes if o.result.status != "interrupted"])
-        if bad is None:
-            console.print("[dim]attempt 2: each variant resumes from its checkpoint[/]")
-            second = run_mixa(**kw)
-            ran = [o for o in second.outcomes if not o.skipped]
-            bad = first_failure(ran) or next(iter(stop.check_resumed(ran)), None)
-            if bad is None and len(ran) < len(second.outcomes) - 1:
-                bad = f"{len(second.outcomes) - len(ran)} cells did not rerun (only the teacher should be done)"
+        second, bad = stop.stop_and_resume(lambda **extra: run_mixa(**kw, **extra), console, unit="variant",
+                                           first=dict(hooks=lambda task, attention: stop.hooks((task, attention))),
+                                           finished_ok=True)
+        ran = [o for o in second.outcomes if not o.skipped]
+        if bad is None and len(ran) < len(second.outcomes) - 1:
+            bad = f"{len(second.outcomes) - len(ran)} cells did not rerun (only the teacher should be done)"
         if bad is not None:
             console.print(f"[bold red]smoke failed:[/] {escape(bad)}")
             return 1

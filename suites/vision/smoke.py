@@ -165,7 +165,7 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
     from rich.console import Console
     from rich.markup import escape
 
-    from attnbench.smoke import StopOnce, first_failure, smoke_dirs
+    from attnbench.smoke import StopOnce, smoke_dirs
     from attnbench.spec import as_specs
 
     from .config import load_preset
@@ -185,13 +185,8 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
         stop = StopOnce(at=2)
         kw = dict(attentions=specs, preset=small, data_dir=str(data_dir) if data_dir else None, seed=seed, db=d.db,
                   out=str(d.work), console=console, progress=False, eval_limit=EVAL_LIMIT)
-        console.print("[dim]attempt 1: each cell stops inside step 2, after its step-1 checkpoint[/]")
-        first = run_vision(**kw, hooks=lambda task, attention: stop.hooks((task, attention)))
-        bad = first_failure([o for o in first.outcomes if o.result.status != "interrupted"])
-        if bad is None:
-            console.print("[dim]attempt 2: each cell resumes from its checkpoint[/]")
-            second = run_vision(**kw)
-            bad = first_failure(second.outcomes) or next(iter(stop.check_resumed(second.outcomes)), None)
+        second, bad = stop.stop_and_resume(lambda **extra: run_vision(**kw, **extra), console,
+                                           first=dict(hooks=lambda task, attention: stop.hooks((task, attention))))
         if bad is not None:
             console.print(f"[bold red]smoke failed:[/] {escape(bad)}")
             return 1
