@@ -194,21 +194,23 @@ def test_newton_schulz_paper_scaling_diverges_where_ours_converges():
     assert err(newton_schulz_pinv(W, iters=40, scaling="norm1inf")) < 1e-8
 
 
-READINGS = {"literal": dict(lam=4.0, qk_scale="none", ns_iters=20, landmark_pool="segment", landmarks=8),
-            "pool2d": dict(landmark_pool="pool2d", landmarks=9)}
+READINGS = {"literal": dict(lam=4.0, qk_scale="none", ns_iters=20, ns_grad="unrolled", landmark_pool="segment",
+                        landmarks=8),
+            "pool2d": dict(landmark_pool="pool2d", landmarks=9),
+            "keys": dict(landmark_set="keys", landmarks=8)}
 
 
 @pytest.mark.parametrize("reading", list(READINGS))
 def test_laplacian_readings_fast_forms_match_reference(reading):
     """The non-default readings kept as options: torch (float64) and Triton (interpreted, float32) against the
-    reference, forward and backward, at an odd length (1 + 5 x 5 tokens: a class token and a patch grid)."""
+    reference, forward and backward, at an odd length (1 + 6 x 6 tokens: a class token and a patch grid)."""
     from attnbench.verify import forward_backward
     from attnbench.kernels import kernels_available
 
     from .helpers import assert_matches_fp64, assert_within_policy
 
-    n = 26
-    q, k, v = (randn(2, 2, n, 8, seed=s, scale=0.5) for s in (51, 52, 53))
+    n = 37
+    q, k, v = (randn(2, 2, n, 8, seed=s, scale=2.0) for s in (51, 52, 53))  # a well-conditioned W
     w = randn(2, 2, n, 8, seed=54)
     attn = attnbench.build("laplacian", heads=2, head_dim=8, **READINGS[reading]).double()
     ref64 = forward_backward(attn.reference, [q, k, v], w)

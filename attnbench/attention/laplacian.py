@@ -33,9 +33,9 @@ class LaplacianAttention(Attention):
 
     Kernel (Sec. 3): the L1 Laplacian ``k(q, k) = exp(-||s q - s k||_1 / lam)``, lam = 4 (Table 3, "fixed in all
     experiments"), ``s`` set by ``qk_scale``. Nyström (Eqs. 8-9, Algorithm 1): ``m = landmarks`` landmark
-    queries and keys; queries and keys are not tied in this protocol, so the kernel matrix is approximated in
-    the Nyströmformer-consistent form ``G ~ k(Q, K~) W^+ k(Q~, K)`` with ``W = k(Q~, K~)`` (the paper's
-    ``C W^+ C^T`` is the tied special case). ``W^+`` by Newton–Schulz (Sec. 4.2):
+    keys K~ (and queries Q~); queries and keys are not tied in this protocol, so the kernel matrix is
+    approximated as ``G ~ k(Q, K~) W^+ k(Q~, K)`` (the paper's ``C W^+ C^T`` is the tied special case), by
+    default with Q~ = K~ (``landmark_set`` below). ``W^+`` by Newton–Schulz (Sec. 4.2):
     ``X_{k+1} = X_k (2I - P X_k)``, ``P = W + ns_ridge I``, ``X_0 = alpha P^T``. Injective normalisation
     (Eqs. 4-6): ``z_ij = (g_ij - mean_j' g_ij') / sqrt(var_j + eps) + 1/N``, ``o_i = sum_j z_ij v_j``. The DWC(V)
     term of Eq. 7 belongs to the block.
@@ -64,6 +64,12 @@ class LaplacianAttention(Attention):
       ``"pool2d"`` reads the last ``side^2`` tokens (``side = isqrt(N)``) as a row-major ``side x side`` grid
       and pools it adaptively to ``a x a`` landmarks, ``a = isqrt(landmarks)``; the ``N - side^2`` leading tokens
       (a ViT's class token) are left out of the landmarks but still attend and are attended to through C and R.
+    - Which landmarks W is built from. Eq. 9 pairs landmark keys with landmark queries (``landmark_set=
+      "untied"``: ``W = k(Q~, K~)``, not symmetric, so the ridge does not bound its inverse and training on
+      the vision preset stalls); the text around it calls W the similarities "among the m selected landmark
+      keys" and symmetric PSD. Default ``"keys"``: ``W = k(K~, K~)`` (symmetric positive definite, the ridge
+      bounds ``||W^+||``), ``G ~ k(Q, K~) W^+ k(K~, K)``, the Nyström form of the cross kernel with one
+      landmark set.
     - The whitening statistics. Eq. 5 says "across a batch" while indexing queries; here var_j is taken over
       the N query rows of the same sequence (no statistic crosses batch elements), eps = ``whiten_eps``, no
       running statistics, and only the row mean of Eq. 4 is subtracted (not the column mean mu_j of Eq. 5).
@@ -82,7 +88,7 @@ class LaplacianAttention(Attention):
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", lam: float = 4.0, landmarks: int = 64,
                  ns_iters: int = 40, ns_scaling: str = "norm1inf", ns_ridge: float = 0.01,
                  whiten_eps: float = 1e-6, qk_scale: str = "sqrt_d", landmark_pool: str = "segment",
-                 ns_grad: str = "implicit"):
+                 ns_grad: str = "implicit", landmark_set: str = "keys"):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)
         if lam <= 0:
             raise AttnbenchError(f"laplacian: option 'lam' must be > 0, got {lam}")
@@ -100,7 +106,10 @@ class LaplacianAttention(Attention):
                                  f"got {landmark_pool!r}")
         if ns_grad not in NS_GRADS:
             raise AttnbenchError(f"laplacian: option 'ns_grad' must be one of {NS_GRADS}, got {ns_grad!r}")
+        if landmark_set not in ("untied", "keys"):
+            raise AttnbenchError(f"laplacian: option 'landmark_set' must be 'untied' or 'keys', got {landmark_set!r}")
         self.qk_scale, self.landmark_pool, self.ns_grad = qk_scale, landmark_pool, ns_grad
+        self.landmark_set = landmark_set
         self.lam, self.landmarks, self.ns_iters = float(lam), landmarks, ns_iters
         self.ns_scaling, self.ns_ridge, self.whiten_eps = ns_scaling, float(ns_ridge), float(whiten_eps)
 
@@ -110,7 +119,8 @@ class LaplacianAttention(Attention):
         s = QK_SCALES[self.qk_scale](q.shape[-1])
         if s != 1.0:
             q, k = q * s, k * s
-        q_l, k_l = self._landmarks(q), self._landmarks(k)                            # [B, H, m, d]
+        k_l = self._landmarks(k)                                                     # [B, H, m, d]
+        q_l = k_l if self.landmark_set == "keys" else self._landmarks(q)             # "keys": W symmetric PSD
         return q, k, q_l, k_l, laplace_kernel(q_l, k_l, self.lam, distance)          # W: [B, H, m, m]
 
     def _nystrom(self, q, k, distance=None, ns_step=None):

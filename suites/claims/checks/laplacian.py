@@ -138,7 +138,8 @@ def landmark_matrices(ctx: Context, opts: dict) -> tuple[torch.Tensor, str]:
         W = attn.landmark_kernel(q, q if ctx.input == "tied" else k)[-1]
     m = W.shape[-1]
     W = W.reshape(-1, m, m)
-    kind = "tied K = Q (symmetric PSD, the paper's form)" if ctx.input == "tied" else "untied (attnbench's form)"
+    kind = ("tied K = Q (symmetric PSD, the paper's form)" if ctx.input == "tied"
+            else f"landmark_set = {attn.landmark_set}")
     return W, desc + (f"{len(W)} landmark matrices W = exp(−‖Q~ − K~‖₁/λ), λ = {opts['lam']}, m = {m} "
                       f"({opts['landmark_pool']} landmarks), q, k scaled by {attn.qk_scale}, {kind}, float64")
 
