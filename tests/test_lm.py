@@ -319,3 +319,16 @@ def test_local_jsonl_corpora_go_through_datasets(tmp_path):
     assert corpus.tokenizer.decode(list(corpus.window("train", 0))).startswith("document")
     again = load_corpus(DataConfig(source="files", path=str(path), vocab_size=300, seq_len=32), tmp_path / "cache")
     assert (again.train == corpus.train).all()
+
+
+def test_a_variant_past_flas_key_limit_is_refused_on_cuda_before_any_work():
+    from attnbench.errors import AttnbenchError
+    from attnbench.suites.lm.config import load_preset
+    from attnbench.suites.lm.train import _check_fla_shapes
+
+    pre = load_preset("340m")
+    cuda = torch.device("cuda")  # only resolved, never allocated on
+    _check_fla_shapes(pre, parse_variants("deltanet+nala,gated_deltanet,gated_deltanet+nala:key_width=match"), cuda)
+    with pytest.raises(AttnbenchError, match=r"gated_deltanet\+nala has key features of 512 per head.*:key_width=match"):
+        _check_fla_shapes(pre, parse_variants("gated_deltanet+nala"), cuda)
+    _check_fla_shapes(pre, parse_variants("gated_deltanet+nala"), torch.device("cpu"))  # the torch form has no limit

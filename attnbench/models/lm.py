@@ -320,6 +320,13 @@ class DeltaLM(nn.Module):
         return sum(p.numel() for p in self.parameters())  # a tied weight is one Parameter: counted once
 
 
+def key_feature_dim(cfg: LMConfig) -> int:
+    """Per-head size of the key features the delta rule sees (its state's rows): the q/k projection's width per
+    head (``head_dim``, or ``head_dim / expansion`` with ``key_width="match"``) times the map's expansion."""
+    ratio = map_expansion(cfg)
+    return cfg.head_dim if cfg.key_width == "match" else cfg.head_dim * ratio
+
+
 def map_expansion(cfg: LMConfig) -> int:
     """Features per input dimension of ``cfg.feature_map`` (1 for SiLU, 2 for NaLa), from a trial build."""
     probe = build_feature_map(cfg.feature_map, heads=1, head_dim=8, causal=True, **cfg.feature_options)

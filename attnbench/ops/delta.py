@@ -49,6 +49,7 @@ from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedEr
 
 DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
 FLA_CHUNK_SIZES = (16, 32, 64)
+FLA_MAX_KEY_DIM = 256   # FLA's chunk kernels refuse larger key heads ("head dimension larger than 256")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -354,6 +355,9 @@ def _delta_rule_fla(q, k, v, beta, g, *, scale, initial_state, output_final_stat
             f"(exact chunked PyTorch form, any float dtype)")
     if chunk_size not in FLA_CHUNK_SIZES:
         raise UnsupportedError(f"delta_rule: impl='fla' takes chunk_size in {FLA_CHUNK_SIZES}, got {chunk_size}")
+    if q.shape[-1] > FLA_MAX_KEY_DIM:
+        raise UnsupportedError(f"delta_rule: impl='fla' takes key heads of at most {FLA_MAX_KEY_DIM}, got "
+                               f"{q.shape[-1]}; use smaller heads (an LM with NaLa: key_width=match) or impl='torch'")
     try:
         if g is None:
             from fla.ops.delta_rule import chunk_delta_rule

@@ -168,6 +168,22 @@ def with_data(pre: LMPreset, data: Optional[str]) -> LMPreset:
     return dataclasses.replace(pre, data=DataConfig(**dataclasses.asdict(new)))
 
 
+def _check_fla_shapes(pre: LMPreset, variants: Sequence[Variant], device: torch.device) -> None:
+    """Before any data is read: every variant whose delta rule runs on FLA's kernels here fits them (the key
+    heads FLA takes; ``attnbench check --aot`` compiles the rest for the GPU)."""
+    from attnbench.models.lm import key_feature_dim
+    from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
+
+    for v in variants:
+        cfg = pre.model_config(v, 256)
+        if resolve_delta_impl(device, cfg.delta_impl) != "fla":
+            continue
+        if key_feature_dim(cfg) > FLA_MAX_KEY_DIM:
+            raise AttnbenchError(f"{pre.path}: {v.label} has key features of {key_feature_dim(cfg)} per head and FLA's "
+                                 f"chunk kernels take at most {FLA_MAX_KEY_DIM}; run it as {v.label}:key_width=match "
+                                 f"(the baseline's state size) or with smaller heads")
+
+
 def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optional[str] = None, seed: int = 0,
            force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
            shard: Optional[tuple[int, int]] = None, console=None, argv: Optional[list[str]] = None,
@@ -185,6 +201,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
     if pre.train.precision != "fp32" and device.type != "cuda":
         raise AttnbenchError(f"{pre.path}: precision {pre.train.precision!r} is autocast on CUDA only and this machine "
                              f"has no GPU; use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    _check_fla_shapes(pre, variants, device)
     dist = init_dist(device)
     try:
         if dist.main:
