@@ -187,6 +187,11 @@ def test_ns_vs_cg_ns_wins_when_ill_conditioned_cg_when_eigenvalues_are_few():
     assert measure("laplacian-ns-vs-cg", "laplacian", "tied", **SOLVER).verdict == "fails"
 
 
+def test_ns_vs_cg_reports_the_error_at_ns_iters_beyond_its_horizon():
+    r = measure("laplacian-ns-vs-cg", "laplacian", "tied", batch=1, tokens=32, curve=2)
+    assert r.details["ns_iters"] == 40 and r.details["ns_error_at_ns_iters"] < 1e-6
+
+
 def test_nystrom_approaches_the_exact_attention_and_an_unsolved_inverse_does_not(teacher):
     small = {"batch": 1, "tokens": 64}
     # ridge 0.1: at 32 segment landmarks of 16 four-token clusters, neighbouring landmarks nearly coincide and the

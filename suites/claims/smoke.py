@@ -20,7 +20,7 @@ SMOKE_SETTINGS: dict[str, dict] = {
     "mirrorla-truncation": {"batch": 1, "tokens": 64, "steps": 3},
     "laplacian-distance": {"batch": 1, "tokens": 64, "pairs": 500},
     "laplacian-ns": {"batch": 1, "tokens": 32, "clusters": 2, "curve": 2},
-    "laplacian-ns-vs-cg": {"batch": 1, "tokens": 32, "clusters": 2},  # a curve below ns_iters (60) crashes it
+    "laplacian-ns-vs-cg": {"batch": 1, "tokens": 32, "clusters": 2, "curve": 2},
     "laplacian-nystrom": {"batch": 1, "tokens": 64, "clusters": 4},
     "stella-variance": {"sizes": [64, 256], "draws": 2},
     "memory": {"sizes": [256, 1024], "softmax_cap_bytes": 2 * 1024 * 1024 * 4},
