@@ -45,7 +45,7 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or
 
     from . import catalog
 
-    from . import report
+    from . import tables
 
     rows = (None if live else catalog.load()) or catalog.live()
     fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
@@ -61,7 +61,7 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or
         for line in [header, *cells]:
             typer.echo("\t".join(line))
         return
-    report.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions; `attnbench list "
+    tables.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions; `attnbench list "
                            f"--format json` gives every field.")], console=console, fmt=fmt)
 
 
@@ -82,10 +82,10 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
     if aot:
         _check_aot(arch, quick, interpret)
         return
-    from . import report
+    from . import tables
 
     try:
-        fmt = report.table_format(fmt, console)  # a bad --format fails before any work
+        fmt = tables.table_format(fmt, console)  # a bad --format fails before any work
     except ValueError as e:
         fail(str(e))
     if interpret:  # must be set before triton is imported (kernels are imported lazily, on first use)
@@ -99,7 +99,7 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
         rows = verify_all(names or None, dtype=dtype)
     except AttnbenchError as e:
         fail(str(e))
-    report.render_tables([check_table(rows)], console=console, fmt=fmt)
+    tables.render_tables([check_table(rows)], console=console, fmt=fmt)
     line, bad = summarize(rows)  # agreed, skipped (why), disagreed and errored, counted apart
     if fmt == "json":  # stdout stays one JSON document: the summary goes to stderr
         typer.echo(line, err=True)
@@ -135,7 +135,7 @@ def _check_aot(arch: str, quick: bool, interpret: bool) -> None:
         raise typer.Exit(code=1)
 
 
-# --- results: the store, tables, plots, exports (store.py, report.py; each suite registers its view) -----------
+# --- results: the store, tables, plots, exports (store.py, tables.py; each suite registers its view) -----------
 
 
 @app.command("table")
@@ -147,10 +147,10 @@ def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", 
               fmt: str = typer.Option("auto", "--format", help="table, md, tsv, json, or auto: tables fitted to "
                                       "the terminal, md when piped (numbers never fold)")) -> None:
     """Leaderboard of a suite from the store, beside the committed reference results."""
-    from . import report
+    from . import tables
 
     try:
-        report.table(suite, db=db, setting=setting, committed=committed, console=console, fmt=fmt)
+        tables.table(suite, db=db, setting=setting, committed=committed, console=console, fmt=fmt)
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
 
@@ -162,10 +162,10 @@ def plot_cmd(suite: str = typer.Argument(..., help="a registered suite with plot
              source: str = typer.Option("auto", "--source", help="store, committed, all, or auto (the store if "
                                         "it has results, else the committed ones)")) -> None:
     """The suite's plots (PNGs), e.g. log-log time and memory against N, one line per attention."""
-    from . import report
+    from . import tables
 
     try:
-        paths = report.plot(suite, out=out, db=db, source=source)
+        paths = tables.plot(suite, out=out, db=db, source=source)
     except (AttnbenchError, ValueError) as e:
         fail(str(e))
     if not paths:
@@ -183,11 +183,11 @@ def export_cmd(fmt: str = typer.Option(..., "--format", help="csv, jsonl or mark
                label: str = typer.Option("exported results", "--label", help="markdown: what these results are"),
                db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)) -> None:
     """Export measurements from the store (csv and jsonl: every record; markdown: the leaderboard)."""
-    from . import report
+    from . import tables
 
     try:
-        records = report.select(db=db, suite=suite, setting=setting, run=run)
-        text = report.export(records, fmt, out, suite=suite, label=label)
+        records = tables.select(db=db, suite=suite, setting=setting, run=run)
+        text = tables.export(records, fmt, out, suite=suite, label=label)
     except (AttnbenchError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     if out:

@@ -119,9 +119,9 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
             rc = summary.exit_code()
     except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store
         fail(str(e))
-    from . import report
+    from . import tables
 
     console.print()
-    report.table(suite, db=db, setting=setting, console=console)
+    tables.table(suite, db=db, setting=setting, console=console)
     if rc:
         raise typer.Exit(code=rc)

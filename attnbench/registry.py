@@ -146,7 +146,7 @@ class Suite:
     """What a suite plugs into the core. The core (CLI, report, store) reaches a suite only through this record.
 
     ``run``: the typer command function of ``attnbench run <name>``; ``evaluate``: that of ``attnbench eval
-    <name>`` (scoring a trained artifact, e.g. a language model by lm-eval); ``view``: an :class:`attnbench.report.View`
+    <name>`` (scoring a trained artifact, e.g. a language model by lm-eval); ``view``: an :class:`attnbench.tables.View`
     (``table`` / ``plot`` / markdown export; None: the generic view); ``data``: ``attnbench data <command>``
     functions; ``ingest``: ``(path, store) -> message | None`` for a results file format of the suite's own (None:
     not that format), tried by ``attnbench ingest`` after the store's own formats.

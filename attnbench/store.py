@@ -3,7 +3,7 @@
 Where it lives: ``--db PATH``, else the environment variable ``ATTNBENCH_DB``, else ``results/attnbench.db``
 under the *project root* — the nearest directory at or above the current working directory that holds a
 ``.git`` or ``pyproject.toml`` (the current directory itself if there is none). The file is not committed;
-committed reference results are text exports under ``results/<suite>/`` (see :mod:`attnbench.report`).
+committed reference results are text exports under ``results/<suite>/`` (see :mod:`attnbench.tables`).
 
 Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 

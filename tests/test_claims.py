@@ -290,10 +290,10 @@ def test_run_records_verdicts_skips_real_inputs_without_a_teacher_and_resumes(tm
     assert recs["real"].status == "skipped" and "attnbench run vision" in recs["real"].metrics["reason"]
     again = run_claims(only="nala-nonneg", db=db, out=str(out), console=console, progress=False)
     assert all(o.skipped for o in again.outcomes)  # finished cells are not measured twice
-    from attnbench import report
+    from attnbench import tables
 
     text = Console(record=True, width=250)
-    report.table("claims", db=db, console=text, fmt="markdown", committed=False)
+    tables.table("claims", db=db, console=text, fmt="markdown", committed=False)
     table = text.export_text()
     assert "| nala-nonneg | nala | synthetic | 1.9" in table and "| holds |" in table and "| skipped |" in table
 

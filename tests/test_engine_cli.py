@@ -115,7 +115,7 @@ def test_the_core_never_imports_or_names_a_suite():
 def test_a_new_suite_is_one_registration(tmp_path, monkeypatch):
     import typer
 
-    from attnbench import report
+    from attnbench import tables
 
     calls = []
 
@@ -124,7 +124,7 @@ def test_a_new_suite_is_one_registration(tmp_path, monkeypatch):
 
     suite = registry.register_suite(registry.Suite(name="toy-suite", help="a toy suite", run=run))
     try:
-        assert registry.get_suite("toy-suite") is suite and report.view_of("toy-suite") is report.GENERIC
+        assert registry.get_suite("toy-suite") is suite and tables.view_of("toy-suite") is tables.GENERIC
         with pytest.raises(UnknownNameError, match="did you mean 'toy-suite'"):
             registry.get_suite("toy-suit")
         import importlib

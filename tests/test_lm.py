@@ -190,7 +190,7 @@ def test_run_lm_scores_its_checkpoints_with_lm_eval_and_the_table_joins_them(sma
     assert e.attention == "gated_deltanet+nala" and e.setting == "lm/tiny"
     assert 0 < scores["attnbench_heldout"]["bits_per_byte"] < 8
     assert 0 <= scores["attnbench_cloze"]["acc"] <= 1
-    from attnbench.report import table
+    from attnbench.tables import table
 
     import io
 

@@ -12,7 +12,8 @@ import random
 import pytest
 from rich.console import Console
 
-from attnbench import registry, report
+from attnbench import registry
+from attnbench import tables as tbl
 from attnbench.errors import AttnbenchError
 from attnbench.store import Store, import_records, ingest, read_jsonl, write_jsonl
 from attnbench.suites.scaling import view as scaling_view
@@ -25,10 +26,10 @@ def test_fit_exponent_on_synthetic_costs():
     rng = random.Random(0)
     for k in (1.0, 2.0, 1.5):
         costs = [3e-7 * n ** k * math.exp(rng.gauss(0, 0.02)) for n in NS]
-        assert report.fit_exponent(NS, costs) == pytest.approx(k, abs=0.05)
-    assert report.fit_exponent(NS, [5.0] * 4) == pytest.approx(0.0, abs=1e-12)
-    assert report.fit_exponent([1024], [1.0]) is None
-    assert report.fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
+        assert tbl.fit_exponent(NS, costs) == pytest.approx(k, abs=0.05)
+    assert tbl.fit_exponent(NS, [5.0] * 4) == pytest.approx(0.0, abs=1e-12)
+    assert tbl.fit_exponent([1024], [1.0]) is None
+    assert tbl.fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
 
 
 def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Test CPU", rss_below: int = 0) -> str:
@@ -67,7 +68,7 @@ def test_scaling_board_exponents_ratios_and_order(tmp_db):
     assert board.ratio(lin, 4096, "time_median_s") == pytest.approx(1 / 4096)
     assert board.ratio(lin, 8192, "time_median_s") is None       # softmax oom there
     out = io.StringIO()
-    report.print_tables("scaling", [report.Source("your runs (x)", recs)], console=Console(file=out, width=200))
+    tbl.print_tables("scaling", [tbl.Source("your runs (x)", recs)], console=Console(file=out, width=200))
     text = out.getvalue()
     assert "oom" in text and "2.00" in text and "1.00" in text and "time —" in text
     assert "peak memory (tensor bytes above the inputs) —" in text and "peak memory (process RSS" in text
@@ -78,27 +79,27 @@ def test_latest_record_per_point_wins(tmp_db):
         _populate(s)
         _populate(s)
         recs = s.measurements()
-    assert len(recs) == 16 and len(report.latest(recs)) == 8
-    assert {r.run_id for r in report.latest(recs)} == {recs[-1].run_id}
+    assert len(recs) == 16 and len(tbl.latest(recs)) == 8
+    assert {r.run_id for r in tbl.latest(recs)} == {recs[-1].run_id}
 
 
 def test_exports(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    text = report.export(recs, "csv")
+    text = tbl.export(recs, "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 8 and rows[0]["suite"] == "scaling" and "metrics.time_median_s" in rows[0]
     assert json.loads(rows[0]["packages"]) == {"torch": "x"}
     out = tmp_path / "e.jsonl"
-    report.export(recs, "jsonl", out)
+    tbl.export(recs, "jsonl", out)
     assert [r.to_dict() for r in read_jsonl(out)] == [r.to_dict() for r in recs]
-    md = report.export(recs, "markdown", tmp_path / "e.md", label="committed reference results")
+    md = tbl.export(recs, "markdown", tmp_path / "e.md", label="committed reference results")
     assert (tmp_path / "e.md").read_text() == md
     assert "| attention | impl | N=1k |" in md and "| device | cpu (Test CPU) |" in md and "abc123" in md
     assert "| softmax |" in md and "oom" in md
     with pytest.raises(ValueError, match="format"):
-        report.export(recs, "xml")
+        tbl.export(recs, "xml")
 
 
 def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch):
@@ -107,14 +108,14 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
     (proj / "pyproject.toml").write_text("")
     monkeypatch.chdir(proj)
     monkeypatch.delenv("ATTNBENCH_DB", raising=False)
-    monkeypatch.setattr(report, "PACKAGE_ROOT", tmp_path / "elsewhere")
+    monkeypatch.setattr(tbl, "PACKAGE_ROOT", tmp_path / "elsewhere")
     # a fresh checkout: no database, only the committed export
     with Store(tmp_path / "ref.db") as s:
         run_id = _populate(s, device_name="Reference CPU")
         write_jsonl(s.measurements(), proj / "results" / "scaling" / "cpu-reference.jsonl")
     assert not (proj / "results" / "attnbench.db").exists()
     out = io.StringIO()
-    assert report.table("scaling", console=Console(file=out, width=200)) == 3   # time, tensor and RSS memory
+    assert tbl.table("scaling", console=Console(file=out, width=200)) == 3   # time, tensor and RSS memory
     text = out.getvalue()
     assert "committed reference results" in text and "Reference CPU" in text
     assert not (proj / "results" / "attnbench.db").exists()        # reading never creates a store
@@ -125,14 +126,14 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
         # the committed run is in this store too (the reference was exported from it): shown once, as committed
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (8, 0)
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (0, 1)
-    sources = report.load_sources("scaling")
+    sources = tbl.load_sources("scaling")
     assert [src.committed for src in sources] == [False, True]  # the user's runs first
     assert all(m.run_id != other for m in sources[0].records)
     out = io.StringIO()
-    report.table("scaling", console=Console(file=out, width=200))
+    tbl.table("scaling", console=Console(file=out, width=200))
     text = out.getvalue()
     assert "committed reference results" in text and "your runs" in text and "My CPU" in text
-    paths = report.plot("scaling", out=tmp_path / "p", source="committed")
+    paths = tbl.plot("scaling", out=tmp_path / "p", source="committed")
     assert paths and all(p.name.startswith("cpu-reference-") for p in paths)
 
 
@@ -140,7 +141,7 @@ def test_plots_written_and_non_empty(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    paths = scaling_view.plot_scaling(report.Source("x", recs), tmp_path / "plots")
+    paths = scaling_view.plot_scaling(tbl.Source("x", recs), tmp_path / "plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
@@ -210,10 +211,10 @@ def test_generic_view_for_other_suites(tmp_db):
                     for t, a, st, seed, sc in [("listops", "linear", "ok", 0, 0.30), ("listops", "linear", "ok", 1, 0.34),
                                                ("listops", "softmax", "oom", 0, None), ("text", "linear", "ok", 0, 0.6)]])
     out = io.StringIO()
-    assert report.table("demo", console=Console(file=out, width=200)) == 1
+    assert tbl.table("demo", console=Console(file=out, width=200)) == 1
     text = out.getvalue()
     assert "demo/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
-    md = report.export(report.select(suite="demo"), "markdown")
+    md = tbl.export(tbl.select(suite="demo"), "markdown")
     assert "| linear | 0.34 ±0.0283 (n=2) | 0.6 (n=1) |" in md
 
 
@@ -223,18 +224,18 @@ def test_view_comes_from_the_suite_registry_and_the_core_names_no_suite():
 
     from attnbench import store
 
-    assert report.view_of("scaling").plot is scaling_view.plot_scaling
+    assert tbl.view_of("scaling").plot is scaling_view.plot_scaling
     assert registry.get_suite("scaling").ingest is not None
-    assert report.view_of("demo") is report.GENERIC                       # records of an unregistered suite
-    for module in (report, store):
+    assert tbl.view_of("demo") is tbl.GENERIC                       # records of an unregistered suite
+    for module in (tbl, store):
         assert "scaling" not in inspect.getsource(module), module.__name__
 
 
 def test_unknown_suite_with_no_results_is_a_did_you_mean(tmp_db):
     with pytest.raises(AttnbenchError, match="scaling"):
-        report.table("sclaing", console=Console(file=io.StringIO()))
+        tbl.table("sclaing", console=Console(file=io.StringIO()))
     with pytest.raises(AttnbenchError, match="scaling"):
-        report.plot("sclaing", out="unused")
+        tbl.plot("sclaing", out="unused")
 
 
 # --- memory tables ---------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_memory_tables_name_their_figure_and_show_below_resolution(tmp_db):
     with Store() as s:
         _populate(s, rss_below=1)
         recs = s.measurements()
-    md = report.export(recs, "markdown")
+    md = tbl.export(recs, "markdown")
     titles = [line for line in md.splitlines() if line.startswith("#### ")]
     assert len(titles) == 3 and not any("()" in t for t in titles)
     assert "#### peak memory (tensor bytes above the inputs) — scaling/syn" in md
@@ -265,9 +266,9 @@ def test_records_from_before_the_tensor_figure_show_as_rss(tmp_db):
                                                                 "mem_method": "child-process peak RSS"})
                     for n in (1024, 2048)])
         recs = s.measurements()
-    md = report.export(recs, "markdown")
+    md = tbl.export(recs, "markdown")
     assert "process RSS" in md and "tensor bytes" not in md and "10 KiB" in md
-    paths = scaling_view.plot_scaling(report.Source("x", recs), tmp_db.parent / "old-plots")
+    paths = scaling_view.plot_scaling(tbl.Source("x", recs), tmp_db.parent / "old-plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
 
 
@@ -363,8 +364,8 @@ SUITES_WITH_RESULTS = ("lra", "vision", "mixa", "adala", "lm", "claims", "scalin
 
 
 def _all_tables(suite: str) -> list:
-    view = report.view_of(suite)
-    tables = [t for src in report.load_sources(suite) for t in report.source_tables(view, src)]
+    view = tbl.view_of(suite)
+    tables = [t for src in tbl.load_sources(suite) for t in tbl.source_tables(view, src)]
     return tables + (view.extra_data() if view.extra_data else [])
 
 
@@ -380,28 +381,28 @@ def test_every_table_is_whole_at_80_columns_and_when_piped(suite, tmp_db):
     assert tables, suite
     # on an 80-column terminal: no line longer than 80, every shown cell of a number column on one line, whole
     con = _console(80, terminal=True)
-    report.table(suite, console=con)
+    tbl.table(suite, console=con)
     out = con.file.getvalue()
     lines = out.splitlines()
     assert max(len(ln) for ln in lines) <= 80, suite
     for t in tables:
-        for i in report.fit_columns(t, 80):
+        for i in tbl.fit_columns(t, 80):
             for row in t[2]:
                 cell = str(row[i])
-                if report._is_text(t[1][i]):
+                if tbl._is_text(t[1][i]):
                     assert all(w in out for w in cell.split()), (suite, t[1][i], cell)
                 else:
                     for part in cell.splitlines():
                         assert any(part in ln for ln in lines), (suite, t[0], t[1][i], part)
     # piped: markdown, each row on one line with every cell whole, whatever the width
     con = _console(80, terminal=False)
-    report.table(suite, console=con)
+    tbl.table(suite, console=con)
     out = con.file.getvalue()
     assert "| --- " not in out and "|---" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("| ")]
     for t in tables:
         for row in t[2]:
-            cells = [report._one_line(c).replace("|", "\\|") for c in row]
+            cells = [tbl._one_line(c).replace("|", "\\|") for c in row]
             assert any(all(f" {c} " in ln for c in cells) for ln in rows), (suite, t[0], row)
 
 
@@ -409,7 +410,7 @@ def test_narrow_tables_drop_named_columns_and_never_fold_a_number():
     t = ("demo", ["attention", "impl", "top-1", "wall", "note"],
          [["softmax", "sdpa", "94.44 ± 2.8 ≈", "123 s", "a long note that may wrap between its words"]], "caption")
     con = _console(40, terminal=True)
-    (shown,) = report.render_tables([t], console=con)
+    (shown,) = tbl.render_tables([t], console=con)
     out = con.file.getvalue()
     assert "impl" not in shown and "wall" not in shown and shown[:2] == ["attention", "top-1"]   # impl, wall go first
     assert "94.44 ± 2.8 ≈" in out and max(map(len, out.splitlines())) <= 40
@@ -417,18 +418,18 @@ def test_narrow_tables_drop_named_columns_and_never_fold_a_number():
     for fmt, probe in (("tsv", "softmax\tsdpa\t94.44 ± 2.8 ≈\t123 s"), ("json", '"top-1": "94.44 ± 2.8 ≈"'),
                        ("md", "| softmax | sdpa | 94.44 ± 2.8 ≈ | 123 s |")):
         con = _console(40, terminal=True)
-        report.render_tables([t], console=con, fmt=fmt)
+        tbl.render_tables([t], console=con, fmt=fmt)
         assert probe in con.file.getvalue(), fmt
     with pytest.raises(ValueError, match="--format must be one of"):
-        report.render_tables([t], console=_console(40, True), fmt="xml")
+        tbl.render_tables([t], console=_console(40, True), fmt="xml")
 
 
 # --- tables name their machine and source; marks; baselines; unfinished runs ---------------------------------------
 def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
-    recs = report.committed_records("lra")
-    view = report.view_of("lra")
-    committed = report.source_tables(view, report.Source("committed reference results (x)", recs, committed=True))
-    mine = report.source_tables(view, report.Source("your runs (x.db)", recs))
+    recs = tbl.committed_records("lra")
+    view = tbl.view_of("lra")
+    committed = tbl.source_tables(view, tbl.Source("committed reference results (x)", recs, committed=True))
+    mine = tbl.source_tables(view, tbl.Source("your runs (x.db)", recs))
     for title in [t[0] for t in committed + mine]:
         assert recs[0].device_name in title, title
     assert all(t[0].endswith("· committed results") for t in committed)
@@ -446,41 +447,41 @@ def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
 
     measured = [dataclasses.replace(r, device_name="Some CPU", metrics={**r.metrics, "matmul_fp32_gflops": 214.4})
                 for r in recs]
-    titles = [t[0] for t in report.source_tables(view, report.Source("your runs (x.db)", measured))]
+    titles = [t[0] for t in tbl.source_tables(view, tbl.Source("your runs (x.db)", measured))]
     assert all("Some CPU" in t and "fp32 matmul 214 GFLOP/s" in t for t in titles), titles
 
 
 def test_mixa_table_marks_the_best_and_the_insignificant():
     import dataclasses
 
-    recs = report.committed_records("mixa")
-    (t, *_) = report.view_of("mixa").data(report.Source("committed reference results", recs, committed=True))
+    recs = tbl.committed_records("mixa")
+    (t, *_) = tbl.view_of("mixa").data(tbl.Source("committed reference results", recs, committed=True))
     top1 = [row[2] for row in t[2] if row[2] != "-"]
     assert sum(c.endswith("^") for c in top1) == 1 and any(c.endswith("≈") for c in top1)
     assert "^ best" in t[3] and "Δ: points vs the teacher, ≈" in t[3]
     # a record timed while another attnbench process ran is marked, and the caption says what the mark means
     marked = [dataclasses.replace(r, metrics={**r.metrics, "concurrent_attnbench": [{"pid": 1, "argv": "x"}]})
               for r in recs]
-    (t, *_) = report.source_tables(report.view_of("mixa"), report.Source("your runs", marked))
+    (t, *_) = tbl.source_tables(tbl.view_of("mixa"), tbl.Source("your runs", marked))
     assert any("‡" in c for row in t[2] for c in row) and "‡ timed while other attnbench processes" in t[3]
 
 
 def test_the_users_lra_table_without_softmax_shows_the_committed_baseline():
-    recs = [r for r in report.committed_records("lra") if r.attention != "softmax"]
-    (acc, *_) = report.view_of("lra").data(report.Source("your runs (x.db)", recs))
+    recs = [r for r in tbl.committed_records("lra") if r.attention != "softmax"]
+    (acc, *_) = tbl.view_of("lra").data(tbl.Source("your runs (x.db)", recs))
     first = acc[2][0]
     assert first[0].startswith("softmax (committed; ") and recs[0].device_name in first[0]
     assert not first[2].endswith(("^", "≈"))           # another run on another machine: outside the marks
-    (acc, *_) = report.view_of("lra").data(report.Source("committed reference results", recs, committed=True))
+    (acc, *_) = tbl.view_of("lra").data(tbl.Source("committed reference results", recs, committed=True))
     assert not any(row[0].startswith("softmax (committed") for row in acc[2])
 
 
 def test_a_table_with_no_finished_cell_says_so_instead_of_unknowns():
     import dataclasses
 
-    recs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in report.committed_records("vision")]
+    recs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in tbl.committed_records("vision")]
     for suite in ("vision", "mixa"):
-        rs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in report.committed_records(suite)]
-        tables = report.view_of(suite).data(report.Source("your runs", rs or recs))
+        rs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in tbl.committed_records(suite)]
+        tables = tbl.view_of(suite).data(tbl.Source("your runs", rs or recs))
         cap = tables[0][3]
         assert "?" not in cap and "No cell of this table has finished ok yet" in cap, (suite, cap)

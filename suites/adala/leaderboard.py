@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark, unfinished_caption
+from attnbench.tables import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -75,6 +75,6 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 
 def view():
-    from attnbench.report import table_view
+    from attnbench.tables import table_view
 
     return table_view(measured_tables)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import label_of, latest
+from attnbench.tables import label_of, latest
 from attnbench.store import Measurement
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",
@@ -71,7 +71,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
 def memory_table(recs: list[Measurement], setting: str, device: str):
     """The memory check's numbers: peak forward memory per N with the ratio to softmax (reference) where softmax
     ran, beside what the paper prints."""
-    from attnbench.report import fmt_bytes, fmt_n
+    from attnbench.tables import fmt_bytes, fmt_n
 
     sizes = sorted({n for r in recs for n in r.metrics["sizes"]})
     rows = []
@@ -100,6 +100,6 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
 
 
 def view():
-    from attnbench.report import table_view
+    from attnbench.tables import table_view
 
     return table_view(measured_tables)

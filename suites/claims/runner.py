@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from attnbench.errors import AttnbenchError
-from attnbench.report import slug
+from attnbench.tables import slug
 from attnbench.spec import AttentionSpec, parse_spec
 from attnbench.store import point_hash
 from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, run_sweep

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark, unfinished_caption
+from attnbench.tables import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 from .reported import AVERAGED, COLUMNS
@@ -99,6 +99,6 @@ def _reported() -> list:
 
 
 def view():
-    from attnbench.report import table_view
+    from attnbench.tables import table_view
 
     return table_view(measured_tables, extra=_reported)

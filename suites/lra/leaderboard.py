@@ -1,6 +1,6 @@
 """The LRA leaderboard: ``attnbench table lra`` and ``attnbench export --format markdown --suite lra``.
 
-A view over the results store (:mod:`attnbench.report`): one accuracy table per (setting, device) — rows
+A view over the results store (:mod:`attnbench.tables`): one accuracy table per (setting, device) — rows
 attention, columns the tasks and their average, cells the test accuracy at the best validation step (mean ± std
 over seeds, n) — plus an efficiency table (training samples/s, peak memory, wall time per cell). Published numbers
 (:mod:`.reported`) are separate tables labelled "reported (...)", never rows of a measured table, and a setting's
@@ -13,7 +13,7 @@ import math
 import statistics
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark
+from attnbench.tables import latest, timing_mark
 from attnbench.store import Measurement
 
 from .reported import REPORTED, ReportedTable
@@ -78,7 +78,7 @@ def _committed_baseline(setting: str, device: str, tasks: list[str], by: dict) -
     main job trains only the new mechanisms): its accuracy per task where the committed cell had the same budget
     and data as the user's cells, labelled as committed with its machine; no marks (another run, another
     machine). None when no committed cell matches."""
-    from attnbench.report import committed_records, latest, machine_of
+    from attnbench.tables import committed_records, latest, machine_of
     from attnbench.stats import wilson_interval
 
     mine = {t: next((r for (lab, task), rs in by.items() if task == t for r in rs if r.status == "ok"), None)
@@ -226,9 +226,9 @@ def reported_tables(tables: Iterable[ReportedTable] = REPORTED) -> list[tuple[st
     return out
 
 
-# --- rendering (the attnbench.report view) ---------------------------------------------------------------------
+# --- rendering (the attnbench.tables view) ---------------------------------------------------------------------
 def view():
-    """The LRA view of :mod:`attnbench.report` (``attnbench table lra``): measured tables, then the reported."""
-    from attnbench.report import table_view
+    """The LRA view of :mod:`attnbench.tables` (``attnbench table lra``): measured tables, then the reported."""
+    from attnbench.tables import table_view
 
     return table_view(measured_tables, extra=reported_tables)

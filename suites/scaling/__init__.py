@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 
 class _LazyView:
-    """The suite's :class:`attnbench.report.View`, imported on first use (``table``/``plot``/``export``)."""
+    """The suite's :class:`attnbench.tables.View`, imported on first use (``table``/``plot``/``export``)."""
 
     def _view(self):
         from .view import VIEW

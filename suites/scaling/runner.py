@@ -229,7 +229,7 @@ def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> st
     if status != "ok":
         why = (error or "").strip().splitlines()
         return f"[yellow]{status}[/]" + (f" ({escape(why[-1][:120])})" if why else "")
-    from attnbench.report import fmt_bytes, fmt_time
+    from attnbench.tables import fmt_bytes, fmt_time
 
     mt = metrics
     med, iqr = mt.get("time_median_s"), mt.get("time_iqr_s") or 0.0
@@ -348,7 +348,7 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
 
     from rich.markup import escape
 
-    from attnbench import report
+    from attnbench import tables
 
     from .config import parse_seq_list
 
@@ -372,7 +372,7 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
         result = run_scaling(plan, store, force=force, console=console, argv=argv, machine=machine, shard=shard)
         if show_table:
             recs = store.measurements(suite=SUITE, setting=plan.setting)
-            report.print_tables(SUITE, [report.Source(f"your runs ({store.path})", recs, committed=False)],
+            tables.print_tables(SUITE, [tables.Source(f"your runs ({store.path})", recs, committed=False)],
                                 console=console)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items())) or "nothing new"
     console.print(f"run {(result.run_id or '-')[:12]}: {counts}"

@@ -3,7 +3,7 @@ log-log plots over the store's records (and the committed reference results).
 
 Per (setting, task, dtype, device) — a *board* — it gives: time at each N (median ± IQR, ratio to softmax at the
 same N), GFLOP/s at the largest N, peak memory at each N (ratio to softmax) and the empirical exponents (the
-least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.report.fit_exponent`).
+least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.tables.fit_exponent`).
 
 Memory. The primary figure is ``peak_tensor_bytes``: the peak bytes of tensors alive at once during one call,
 above the inputs, counted at the tensor level (:class:`attnbench.bench.memory.TensorMemory`), so the same on any CPU
@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.report import (BASELINE, Source, View, describe_records, fit_exponent, fmt_bytes, fmt_n, fmt_time,
+from attnbench.tables import (BASELINE, Source, View, describe_records, fit_exponent, fmt_bytes, fmt_n, fmt_time,
                               label_of, latest, md_table, slug)
 from attnbench.store import Measurement
 
@@ -340,7 +340,7 @@ def plot_scaling(source: Source, out_dir: Path, prefix: str = "scaling") -> list
 
 
 def scaling_data(source: Source) -> list:
-    """The boards of ``source`` as (title, header, rows, caption) tables (printed by attnbench.report)."""
+    """The boards of ``source`` as (title, header, rows, caption) tables (printed by attnbench.tables)."""
     return [t for board in scaling_boards(source.records) for t in _board_tables(board, source, "\n")]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.report import latest, timing_mark, unfinished_caption
+from attnbench.tables import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -106,7 +106,7 @@ def _reported() -> list:
 
 
 def view():
-    """The vision view of :mod:`attnbench.report`: measured tables, then the reported ones."""
-    from attnbench.report import table_view
+    """The vision view of :mod:`attnbench.tables`: measured tables, then the reported ones."""
+    from attnbench.tables import table_view
 
     return table_view(measured_tables, extra=_reported)
