@@ -27,13 +27,77 @@ def _unknown(kind: str, name: str, known: dict[str, type]) -> UnknownNameError:
 
 
 def _register(table: dict[str, type], kind: str, cls: T) -> T:
+    from . import plugins
+
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__name__} must set a class attribute `name` to be registered as a {kind}")
-    if name in table and table[name] is not cls:
-        raise ValueError(f"{kind} {name!r} is already registered by {table[name].__module__}")
+        raise plugins.PluginError(f"{getattr(cls, '__name__', cls)} ({plugins.source_of(cls)}) must set a class "
+                                  f"attribute `name` (a non-empty str) to be registered as a {kind}")
+    if not plugins._is_builtin(cls) or plugins._LOADING:
+        _check_protocol(kind, name, cls)
+    old = table.get(name)
+    if old is not None and old is not cls and not _same_definition(old, cls):
+        raise plugins.PluginError(f"{kind} {name!r} of {plugins.source_of(cls)} clashes with the {kind} of the same "
+                                  f"name from {plugins.source_of(old, kind, name)}; rename one of them")
     table[name] = cls
+    plugins.note_registered(kind, name, cls)
     return cls
+
+
+def _same_definition(old: type, new: type) -> bool:
+    """The same class defined again by the same source (a module imported twice): not a clash."""
+    return (old.__qualname__ == new.__qualname__ and old.__module__ == new.__module__)
+
+
+def _check_protocol(kind: str, name: str, cls: type) -> None:
+    """A plug-in class must meet the protocol: say what is missing, in one line."""
+    from . import plugins
+    from .attention.base import Attention, FeatureMap
+
+    where = f"{kind} {name!r} ({cls.__qualname__ if isinstance(cls, type) else cls!r}, {plugins.source_of(cls)})"
+    base = Attention if kind == "attention" else FeatureMap
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise plugins.PluginError(f"{where} must be a class deriving from attnbench.attention.base.{base.__name__}")
+    missing: list[str] = []
+    if kind == "attention":
+        impls = tuple(getattr(cls, "impls", ()) or ())
+        if "reference" not in impls:
+            missing.append("'reference' in impls (the paper's plain math, the tests' ground truth)")
+        for impl in impls:
+            if not callable(getattr(cls, f"forward_{impl}", None)):
+                missing.append(f"method forward_{impl}(q, k, v) for impl {impl!r}")
+        if getattr(cls, "cpu_impl", None) not in impls:
+            missing.append(f"cpu_impl (what impl='auto' runs on a CPU) must be one of {list(impls)}, "
+                           f"got {getattr(cls, 'cpu_impl', None)!r}")
+        if not (getattr(cls, "bidirectional", False) or getattr(cls, "causal_form", False)):
+            missing.append("a form: bidirectional or causal_form must be True")
+        params = inspect.signature(cls.__init__).parameters
+        has_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+        absent = [a for a in PROTOCOL_ARGS if a not in params and not has_kw]
+        if absent:
+            missing.append(f"__init__ keyword arguments {', '.join(absent)}")
+    else:
+        symmetric = cls.phi is not FeatureMap.phi
+        sided = cls.phi_q is not FeatureMap.phi_q and cls.phi_k is not FeatureMap.phi_k
+        if not (symmetric or sided):
+            missing.append("method phi(x) (or both phi_q(q) and phi_k(k))")
+        params = inspect.signature(cls.__init__).parameters
+        has_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+        absent = [a for a in ("heads", "head_dim", "causal") if a not in params and not has_kw]
+        if absent:
+            missing.append(f"__init__ keyword arguments {', '.join(absent)}")
+    if missing:
+        raise plugins.PluginError(f"{where} does not meet the protocol: missing {'; '.join(missing)}")
+
+
+def _unregister(kind: str, name: str) -> None:
+    (_ATTENTIONS if kind == "attention" else _FEATURE_MAPS).pop(name, None)
+
+
+def _entries():
+    """``(kind, name, class)`` of everything registered."""
+    return [("attention", n, c) for n, c in _ATTENTIONS.items()] + \
+           [("feature map", n, c) for n, c in _FEATURE_MAPS.items()]
 
 
 def register_attention(cls: T) -> T:
@@ -42,22 +106,83 @@ def register_attention(cls: T) -> T:
 
 
 def register_feature_map(cls: T) -> T:
-    """Class decorator: register a :class:`attnbench.attention.feature_map.FeatureMap` under ``cls.name``."""
+    """Class decorator: register a :class:`attnbench.attention.feature_map.FeatureMap` under ``cls.name``.
+
+    A plug-in's feature map without an attention of the same name becomes one (:func:`_derive_feature_map_attentions`)."""
     return _register(_FEATURE_MAPS, "feature map", cls)
 
 
+def _derive_feature_map_attentions(map_names: list[str], plugin) -> None:
+    """A plug-in's feature map ``m`` with no attention of its name becomes the attention ``m``: the map plus the
+    shared linear-attention op (:class:`~attnbench.attention.base.FeatureMapAttention`: bidirectional, causal,
+    blocked, recomputing backward), with the map's options as its options."""
+    from . import plugins
+    from .attention.base import FeatureMapAttention
+
+    for name in map_names:
+        if name in _ATTENTIONS:
+            continue
+        fmap = _FEATURE_MAPS[name]
+        map_opts = options_of(fmap)
+
+        def __init__(self, *, heads, head_dim, causal=False, impl="auto", **options):
+            FeatureMapAttention.__init__(self, heads=heads, head_dim=head_dim, causal=causal, impl=impl)
+            self.feature_map = self.make_feature_map(**options)
+
+        params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        params += [inspect.Parameter(a, inspect.Parameter.KEYWORD_ONLY, default=d) for a, d in
+                   (("heads", inspect.Parameter.empty), ("head_dim", inspect.Parameter.empty), ("causal", False),
+                    ("impl", "auto"))]
+        params += [inspect.Parameter(o, inspect.Parameter.KEYWORD_ONLY, default=d) for o, d in map_opts.items()]
+        __init__.__signature__ = inspect.Signature(params)  # options_of reads the map's options from here
+        cls = type(f"{fmap.__name__}Attention", (FeatureMapAttention,), {
+            "__init__": __init__, "__module__": fmap.__module__, "__qualname__": f"{fmap.__qualname__}Attention",
+            "__doc__": f"Linear attention with the plug-in feature map {name!r} (Katharopoulos et al. 2020, Eq. 6; "
+                       f"causal, Eq. 9).",
+            "name": name, "paper": getattr(fmap, "paper", ""), "feature_map_cls": fmap})
+        plugins._LOADING.append(plugin)
+        try:
+            _register(_ATTENTIONS, "attention", cls)
+        finally:
+            plugins._LOADING.pop()
+
+
+_BUILTINS_LOADED = False
+_LOADING_ENV = False
+
+
+def _ensure_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        from . import attention  # noqa: F401  (importing the package registers every mechanism)
+
+        _BUILTINS_LOADED = True
+
+
 def _ensure_loaded() -> None:
-    from . import attention  # noqa: F401  (importing the package registers every mechanism)
+    """The built-ins, then the plug-ins of ``ATTNBENCH_PLUGINS`` and the installed entry points
+    (:mod:`attnbench.plugins`): every process that looks a name up sees the same mechanisms."""
+    global _LOADING_ENV
+    _ensure_builtins()
+    if _LOADING_ENV:  # a plug-in that looks names up while it loads
+        return
+    from . import plugins
+
+    _LOADING_ENV = True
+    try:
+        plugins._load_env()
+    finally:
+        _LOADING_ENV = False
 
 
 def names() -> list[str]:
-    """Registered attention names, sorted."""
+    """Registered attention names (built-ins and plug-ins), sorted."""
     _ensure_loaded()
     return sorted(_ATTENTIONS)
 
 
 def feature_map_names() -> list[str]:
-    """Registered feature-map names, sorted."""
+    """Registered feature-map names (built-ins and plug-ins), sorted."""
     _ensure_loaded()
     return sorted(_FEATURE_MAPS)
 

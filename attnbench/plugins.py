@@ -1,0 +1,387 @@
+"""Users' mechanisms: plug-ins loaded from a file, a module or an installed package, in every process of a run.
+
+Sources, in the order they load:
+
+- ``--plugin SRC`` (repeatable) on every command that takes ``--attn``: ``SRC`` is a file (``my_attn.py``) or a
+  dotted module (``mypkg.attn``), passed to :func:`activate`;
+- ``ATTNBENCH_PLUGINS``: the same, separated as PATH is (``os.pathsep``);
+- the entry-point group ``attnbench.attentions``, which installed packages declare in their own pyproject::
+
+      [project.entry-points."attnbench.attentions"]
+      mine = "mypkg.attn"
+
+A plug-in registers with the built-ins' decorators (``register_attention``, ``register_feature_map``). After
+loading, :func:`activate` writes the resolved sources (absolute file paths, module names) into
+``ATTNBENCH_PLUGINS``, and :func:`attnbench.registry._ensure_loaded` loads that variable in every process, so
+torchrun workers, submitit jobs, the scaling suite's child processes, lm-eval's process and a resumed run load the
+same plug-ins without a flag.
+
+Provenance: each plug-in is recorded with its source and the sha256 of its source text (:func:`provenance`); a
+measured point whose attention names a plug-in's mechanism carries that hash in its identity
+(:func:`identity`, used by :func:`attnbench.store.point_hash`), so editing the plug-in reruns its cells.
+Built-ins add nothing to an identity.
+
+Errors are one line (:class:`PluginError`): a missing file, a module that does not import (file and line of the
+failure; ``ATTNBENCH_TRACEBACK=1`` appends the traceback), a name that clashes with a built-in or another plug-in
+(both sources named), a class that misses the protocol (what is missing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .errors import AttnbenchError
+
+ENV = "ATTNBENCH_PLUGINS"
+GROUP = "attnbench.attentions"
+TRACEBACK_ENV = "ATTNBENCH_TRACEBACK"
+
+
+class PluginError(AttnbenchError):
+    """A plug-in that cannot be loaded or registered (one line; the traceback with ``ATTNBENCH_TRACEBACK=1``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plugin:
+    """One loaded plug-in: ``source`` is what loads it again in another process (an absolute file path or a module
+    name), ``module`` the name it is imported as, ``sha256`` the hash of its source text."""
+
+    source: str
+    module: str
+    sha256: str
+    kind: str  # "file", "module" or "entry point"
+
+    @property
+    def short_hash(self) -> str:
+        return self.sha256[:12]
+
+    def describe(self) -> str:
+        return f"{self.source} (sha256 {self.short_hash})"
+
+
+_LOADED: dict[str, Plugin] = {}            # resolved source -> plug-in
+_BY_MODULE: dict[str, Plugin] = {}         # module name -> plug-in (classes find their plug-in by __module__)
+_LOADING: list[Plugin] = []                # the plug-ins being imported now (innermost last)
+_REGISTERED: dict[tuple[str, str], Plugin] = {}   # (kind, name) -> the plug-in that registered it
+_ENTRY_POINTS_DONE = False
+_ENV_DONE: Optional[str] = None            # the value of ATTNBENCH_PLUGINS last loaded
+
+
+def _want_traceback() -> bool:
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _looks_like_file(src: str) -> bool:
+    return src.endswith(".py") or os.sep in src or (os.altsep is not None and os.altsep in src) or \
+        Path(src).is_file()
+
+
+def resolve(src: str) -> str:
+    """The canonical form of a source: an absolute path for a file, the module name for a module."""
+    src = src.strip()
+    if not src:
+        raise PluginError("--plugin: got an empty source; give a file (my_attn.py) or a module (mypkg.attn)")
+    if _looks_like_file(src):
+        path = Path(src).expanduser()
+        if not path.is_file():
+            raise PluginError(f"--plugin {src}: no such file ({path.resolve()}); give a .py file or a dotted module")
+        return str(path.resolve())
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", src):
+        raise PluginError(f"--plugin {src!r}: not a file and not a dotted module name (e.g. my_attn.py, mypkg.attn)")
+    return src
+
+
+def env_sources() -> list[str]:
+    """The sources named by ``ATTNBENCH_PLUGINS`` (empty entries ignored)."""
+    return [s for s in os.environ.get(ENV, "").split(os.pathsep) if s.strip()]
+
+
+def _module_name(path: str) -> str:
+    """A stable module name for a plug-in file (the same in every process): its stem and a hash of its path."""
+    stem = re.sub(r"\W", "_", Path(path).stem)
+    return f"attnbench_plugin_{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+
+
+def _hash_text(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _module_hash(mod_name: str) -> str:
+    """sha256 of a module's source: its file, or for a package every ``.py`` file under it (sorted paths)."""
+    mod = sys.modules.get(mod_name)
+    file = getattr(mod, "__file__", None)
+    if not file:
+        return _hash_text(mod_name.encode())
+    path = Path(file)
+    if path.name == "__init__.py":
+        h = hashlib.sha256()
+        for p in sorted(path.parent.rglob("*.py")):
+            h.update(str(p.relative_to(path.parent)).encode() + b"\0" + p.read_bytes())
+        return h.hexdigest()
+    try:
+        return _hash_text(path.read_bytes())
+    except OSError:
+        return _hash_text(mod_name.encode())
+
+
+def _import_failure(src: str, exc: BaseException) -> PluginError:
+    """One line: where the plug-in failed (its own deepest frame, else the deepest frame) and why."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{exc.filename}, line {exc.lineno}"
+        why = f"SyntaxError: {exc.msg}"
+    else:
+        own = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith("<frozen")]
+        f = (own or frames or [None])[-1]
+        where = f"{f.filename}, line {f.lineno}" if f is not None else src
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    msg = f"plug-in {src} failed to import at {where}: {why}"
+    if _want_traceback():
+        msg += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    else:
+        msg += f" (set {TRACEBACK_ENV}=1 for the traceback)"
+    return PluginError(msg)
+
+
+def _load_file(path: str) -> Plugin:
+    data = Path(path).read_bytes()
+    name = _module_name(path)
+    plugin = Plugin(source=path, module=name, sha256=_hash_text(data), kind="file")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+        raise PluginError(f"plug-in {path}: cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    _BY_MODULE[name] = plugin
+    _LOADING.append(plugin)
+    try:
+        spec.loader.exec_module(module)
+    except PluginError:
+        _forget(plugin)
+        raise
+    except Exception as e:  # noqa: BLE001 - any import failure is one line naming the file and line
+        _forget(plugin)
+        raise _import_failure(path, e) from None
+    finally:
+        if _LOADING and _LOADING[-1] is plugin:
+            _LOADING.pop()
+    return plugin
+
+
+def _load_module(name: str, kind: str = "module", source: Optional[str] = None) -> Plugin:
+    placeholder = Plugin(source=source or name, module=name, sha256="", kind=kind)
+    _LOADING.append(placeholder)
+    try:
+        already = name in sys.modules
+        module = importlib.import_module(name)
+    except PluginError:
+        _forget(placeholder)
+        raise
+    except ModuleNotFoundError as e:
+        _forget(placeholder)
+        if e.name and name.startswith(e.name):
+            raise PluginError(f"plug-in {source or name}: no module named {e.name!r} (is it installed, or on "
+                              f"PYTHONPATH? a file needs its path, e.g. ./{name.replace('.', '/')}.py)") from None
+        raise _import_failure(source or name, e) from None
+    except Exception as e:  # noqa: BLE001
+        _forget(placeholder)
+        raise _import_failure(source or name, e) from None
+    finally:
+        if _LOADING and _LOADING[-1] is placeholder:
+            _LOADING.pop()
+    plugin = Plugin(source=source or name, module=name, sha256=_module_hash(module.__name__), kind=kind)
+    _BY_MODULE[name] = plugin
+    for key, p in list(_REGISTERED.items()):
+        if p is placeholder:
+            _REGISTERED[key] = plugin
+    if already:  # imported before as an ordinary module: claim the classes it registered then
+        from . import registry
+
+        for kind_, n, cls in registry._entries():
+            mod = getattr(cls, "__module__", "")
+            if (kind_, n) not in _REGISTERED and (mod == name or mod.startswith(name + ".")):
+                _REGISTERED[(kind_, n)] = plugin
+    return plugin
+
+
+def _forget(plugin: Plugin) -> None:
+    """Undo a failed import's registrations, so a corrected plug-in loads cleanly."""
+    from . import registry
+
+    sys.modules.pop(plugin.module, None) if plugin.kind == "file" else None
+    _BY_MODULE.pop(plugin.module, None)
+    for (kind, name), p in list(_REGISTERED.items()):
+        if p is plugin:
+            del _REGISTERED[(kind, name)]
+            registry._unregister(kind, name)
+
+
+def load(src: str) -> Plugin:
+    """Import one plug-in (idempotent: a source already loaded is not imported again)."""
+    key = resolve(src)
+    if key in _LOADED:
+        return _LOADED[key]
+    from . import registry
+
+    registry._ensure_builtins()  # first the built-ins, so that a clash names the built-in
+    before = set(_REGISTERED)
+    plugin = _load_file(key) if os.path.isabs(key) else _load_module(key)
+    _LOADED[key] = plugin
+    new = [k for k in _REGISTERED if k not in before]
+    registry._derive_feature_map_attentions([n for kind, n in new if kind == "feature map"], plugin)
+    return plugin
+
+
+def load_entry_points() -> list[Plugin]:
+    """Import every module that installed packages declare in the entry-point group ``attnbench.attentions``
+    (once per process)."""
+    global _ENTRY_POINTS_DONE
+    if _ENTRY_POINTS_DONE:
+        return []
+    _ENTRY_POINTS_DONE = True
+    from importlib import metadata
+
+    out = []
+    for ep in metadata.entry_points(group=GROUP):
+        module = ep.value.split(":", 1)[0].strip()
+        if module in _LOADED:
+            continue
+        from . import registry
+
+        registry._ensure_builtins()
+        before = set(_REGISTERED)
+        label = f"entry point {ep.name} = {ep.value}" + (f" (from {ep.dist.name})" if getattr(ep, "dist", None)
+                                                           else "")
+        plugin = _load_module(module, kind="entry point", source=module)
+        try:
+            if ":" in ep.value:
+                ep.load()
+        except Exception as e:  # noqa: BLE001
+            raise _import_failure(label, e) from None
+        _LOADED[module] = plugin
+        new = [k for k in _REGISTERED if k not in before]
+        registry._derive_feature_map_attentions([n for kind, n in new if kind == "feature map"], plugin)
+        out.append(plugin)
+    return out
+
+
+def _load_env() -> None:
+    """Load ``ATTNBENCH_PLUGINS`` (again whenever it changed) and the entry points."""
+    global _ENV_DONE
+    value = os.environ.get(ENV, "")
+    if value != _ENV_DONE:
+        _ENV_DONE = value
+        for src in env_sources():
+            load(src)
+    load_entry_points()
+
+
+def _export() -> None:
+    global _ENV_DONE
+    sources = [p.source for key, p in _LOADED.items() if p.kind != "entry point"]
+    if sources:
+        os.environ[ENV] = os.pathsep.join(sources)
+        _ENV_DONE = os.environ[ENV]
+
+
+def activate(sources: Iterable[str] = ()) -> list[Plugin]:
+    """Load the plug-ins ``sources`` (files or dotted modules), those in ``ATTNBENCH_PLUGINS`` and the installed
+    entry points; then export every loaded source (absolute paths, module names) in ``ATTNBENCH_PLUGINS`` so that
+    every child process loads the same. Idempotent. Returns the plug-ins loaded in this process."""
+    from . import registry
+
+    registry._ensure_loaded()  # built-ins, the environment's plug-ins, the entry points
+    for src in sources or ():
+        load(src)
+    _export()
+    return list(_LOADED.values())
+
+
+def loaded() -> list[Plugin]:
+    """The plug-ins loaded in this process."""
+    return list(_LOADED.values())
+
+
+# --- registration bookkeeping (called by attnbench.registry._register) ----------------------------------------------
+def plugin_of_class(cls: type) -> Optional[Plugin]:
+    """The plug-in a class comes from: the one being imported now, or the one whose module defines it."""
+    if _LOADING:
+        return _LOADING[-1]
+    mod = getattr(cls, "__module__", "") or ""
+    while mod:
+        if mod in _BY_MODULE:
+            return _BY_MODULE[mod]
+        mod = mod.rpartition(".")[0]
+    return None
+
+
+def source_of(cls: type, kind: str = "", name: str = "") -> str:
+    """Where a registered class comes from, for messages: a plug-in's source, else the built-in's module."""
+    p = _REGISTERED.get((kind, name)) if kind else None
+    if p is None:
+        p = plugin_of_class(cls) if not _is_builtin(cls) else None
+    if p is not None:
+        return f"plug-in {p.source}"
+    mod = getattr(cls, "__module__", "?")
+    return f"built-in {mod}" if _is_builtin(cls) else f"module {mod}"
+
+
+def _is_builtin(cls: type) -> bool:
+    mod = getattr(cls, "__module__", "") or ""
+    return mod == "attnbench" or mod.startswith("attnbench.")
+
+
+def note_registered(kind: str, name: str, cls: type) -> None:
+    p = None if _is_builtin(cls) and not _LOADING else plugin_of_class(cls)
+    if p is not None:
+        _REGISTERED[(kind, name)] = p
+
+
+def plugin_for(kind: str, name: str) -> Optional[Plugin]:
+    """The plug-in that registered the attention or feature map ``name`` (None: a built-in)."""
+    return _REGISTERED.get((kind, name))
+
+
+# --- provenance -----------------------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+def _tokens(obj: Any) -> set[str]:
+    if isinstance(obj, str):
+        return set(_TOKEN.findall(obj))
+    if isinstance(obj, dict):
+        return set().union(*(_tokens(k) | _tokens(v) for k, v in obj.items())) if obj else set()
+    if isinstance(obj, (list, tuple, set)):
+        return set().union(*(_tokens(v) for v in obj)) if obj else set()
+    return set()
+
+
+def identity(attention: str, options: Any = None) -> dict[str, str]:
+    """``{source: sha256}`` of the plug-ins whose mechanisms ``attention`` (a name or label such as
+    ``deltanet+mymap``) and ``options`` name; empty for built-ins. Part of a point's identity."""
+    if not (_REGISTERED or os.environ.get(ENV)):
+        return {}
+    if os.environ.get(ENV, "") != (_ENV_DONE or "") and os.environ.get(ENV):
+        from . import registry
+
+        registry._ensure_loaded()
+    words = _tokens(attention) | _tokens(options)
+    out = {}
+    for (kind, name), p in _REGISTERED.items():
+        if name in words:
+            out[p.source] = p.sha256
+    return out
+
+
+def provenance(attention: str, options: Any = None) -> dict[str, str]:
+    """What a record carries for the plug-ins it uses: ``{"plugin:<source>": "sha256:<hash>"}``."""
+    return {f"plugin:{src}": f"sha256:{h}" for src, h in sorted(identity(attention, options).items())}
