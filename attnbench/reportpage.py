@@ -83,6 +83,10 @@ class Report:
         return sum(len(s.boards) for s in self.sections)
 
     @property
+    def n_reported(self) -> int:
+        return sum(b.reported for s in self.sections for b in s.boards)
+
+    @property
     def n_figures(self) -> int:
         return sum(len(g.figures) for s in self.sections for g in s.groups)
 
@@ -97,6 +101,7 @@ class Written:
     tables: int
     figures: int
     suites: list[str]
+    reported: int = 0   # of the tables, the papers' reported ones
     files: list[Path] = dataclasses.field(default_factory=list)
 
     def line(self) -> str:
@@ -437,7 +442,7 @@ def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, 
                 title = f"reported (not measured by attnbench): {title}" if "reported" not in title else title
             lines.append(tables.markdown_tables([(title, header, rows, caption)]))
             if b.provenance:
-                lines.append(tables.md_table(["provenance", ""], [[k, v] for k, v in b.provenance]) + "\n")
+                lines += ["Provenance:", ""] + [f"- **{k}**: {v}" for k, v in b.provenance] + [""]
         for g in s.groups:
             lines += [f"#### Figures: {g.title}", ""] + ([g.note, ""] if g.note else [])
             for f in g.figures:
@@ -489,7 +494,8 @@ def write_report(out: str | os.PathLike, *, fmt: str = "auto", suites: Iterable[
         raise AttnbenchError("--no-store and --no-committed leave nothing to report; drop one of them")
     _check_out(out)
     report = collect(names or None, db=db, include_store=include_store, include_committed=include_committed)
-    written = Written(out, f, report.n_tables, report.n_figures, [s.suite for s in report.sections])
+    written = Written(out, f, report.n_tables, report.n_figures, [s.suite for s in report.sections],
+                      report.n_reported)
     if f == "html":
         _atomic_write(out, render_html(report).encode("utf-8"))
         return written
