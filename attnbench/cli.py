@@ -212,6 +212,29 @@ def ingest_cmd(file: str = typer.Argument(..., help="a .jsonl export of another 
     console.print(message)
 
 
+@app.command("report")
+def report_cmd(out: str = typer.Option(..., "--out", help="the page to write, e.g. report.html (or report.md)"),
+               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+               suite: Optional[list[str]] = typer.Option(None, "--suite", help="only these suites (repeatable or "
+                                                         "comma-separated; default: every registered suite)"),
+               fmt: str = typer.Option("auto", "--format", help="html (one self-contained file: figures inline, "
+                                       "opens with no network) or md (markdown, figures as PNG files in "
+                                       "<name>_files/); auto: md for a .md --out, else html"),
+               store: bool = clikit.flag(True, "--store/--no-store", help="include your store's results"),
+               committed: bool = clikit.flag(True, "--committed/--no-committed",
+                                             help="include the committed reference results (results/<suite>/)")) -> None:
+    """One page of every suite's results to share: leaderboards with their provenance, the papers' reported
+    tables, plots and figures."""
+    from . import reportpage
+
+    try:
+        written = reportpage.write_report(out, fmt=fmt, suites=suite, db=db, include_store=store,
+                                          include_committed=committed)
+    except AttnbenchError as e:
+        fail(str(e))
+    console.print(written.line())
+
+
 _add_suite_commands()
 
 
