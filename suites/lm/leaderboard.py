@@ -1,17 +1,23 @@
 """The LM leaderboard: ``attnbench table lm``. One table per (setting, device): a row per variant with what
 training measured (parameters, state size, validation and test loss / perplexity, bits per byte against the
 corpus's unigram entropy, tokens/s, wall) and, joined by variant, the lm-eval scores of its checkpoint (records of
-task ``lm-eval``, written by ``attnbench eval lm`` or after ``attnbench run lm``). NaLaFormer's Table 5 follows,
-labelled reported."""
+task ``lm-eval``, written by ``attnbench eval lm`` or after ``attnbench run lm``). NaLaFormer's Table 5 follows
+(``reported/*.toml``), labelled reported."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable
 
 from attnbench.tables import latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
-from .reported import AVERAGED, COLUMNS
+# the lm-eval (task, metric) behind each column, as in FLA's README evaluation and NaLaFormer's Table 5
+COLUMNS = (("Wiki. ppl↓", "wikitext", "word_perplexity"), ("LMB. ppl↓", "lambada_openai", "perplexity"),
+           ("PIQA acc", "piqa", "acc"), ("Hella. acc_n", "hellaswag", "acc_norm"), ("Wino. acc", "winogrande", "acc"),
+           ("ARC-e acc", "arc_easy", "acc"), ("ARC-c acc_n", "arc_challenge", "acc_norm"))
+# Avg.: the mean of the five accuracy columns, as in the paper
+AVERAGED = ("piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge")
 
 # the headline metrics of the local tasks (suites/lm/local_tasks.py); not word perplexity: a whitespace "word" of
 # source code is a whole expression, and its perplexity runs to millions whatever the model
@@ -34,13 +40,25 @@ def _fmt(v, metric: str) -> str:
     return f"{100 * v:.1f}"  # accuracies in %
 
 
+def _mean_of(rs: list[Measurement], metric: str, digits: int) -> str:
+    vals = [r.metrics[metric] for r in rs if r.status == "ok" and isinstance(r.metrics.get(metric), (int, float))]
+    return f"{sum(vals) / len(vals):.{digits}f}" if vals else "-"
+
+
 def measured_tables(records: Iterable[Measurement], source_label: str):
+    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
+
     groups: dict[tuple, dict[str, list[Measurement]]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
     out = []
     for (setting, device), by_task in sorted(groups.items()):
-        trained = by_task.get("pretrain", [])
+        # a row is a variant over its seeds (attnbench.tables.seed_rows): test perplexity and bits/byte are means
+        # over seeds, the other columns its latest seed's
+        over_seeds = {k[4]: rs for k, rs in seed_rows(by_task.get("pretrain", []),
+                                                      key=lambda r: r.attention).items()}
+        trained = [next((m for m in reversed(rs) if m.status == "ok"), rs[-1]) for rs in over_seeds.values()]
+        stats = {a: aggregate(rs, "test_ppl", proportion=False) for a, rs in over_seeds.items()}
         evals = {r.attention: r for r in by_task.get("lm-eval", []) if r.status == "ok"}
         labels = [r.attention for r in trained] + sorted(set(evals) - {r.attention for r in trained})
         scores = {a: (evals[a].metrics.get("lm_eval") or {}) for a in evals}
@@ -58,8 +76,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
             m = r.metrics if r is not None else {}
             row = [label, f"{m['n_params'] / 1e6:.2f} M" if m.get("n_params") else "-",
                    f"{m['state_per_layer'] / 1e3:.1f} k" if m.get("state_per_layer") else "-",
-                   f"{m['test_ppl']:.2f}" if m.get("test_ppl") else "-",
-                   f"{m['test_bits_per_byte']:.3f}" if m.get("test_bits_per_byte") else "-",
+                   fmt_seeds(stats.get(label)) if stats.get(label) is not None else "-",
+                   _mean_of(over_seeds.get(label, []), "test_bits_per_byte", 3),
                    f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
                    f"{m['train_tokens_per_s']:.0f}{timing_mark(r)}" if m.get("train_tokens_per_s") else "-",
                    f"{m['wall_s']:.0f} s" if m.get("wall_s") else "-"]
@@ -84,7 +102,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                + (f"lm-eval {ev.metrics.get('lm_eval_version', '?')} scores (zero-shot; accuracies in %) of each "
                   f"checkpoint, local tasks over the same held-out documents. " if ev else "No lm-eval records yet "
                   "(attnbench eval lm CHECKPOINT). ")
-               + f"Throughput from whatever machine ran the cells. Commit {', '.join(commits)}.")
+               + f"Test ppl and bits/byte: means over seeds; the other columns: the latest seed's cell. Throughput "
+               f"from whatever machine ran the cells. Commit {', '.join(commits)}."
+               + seed_note(stats.values(), proportion=False))
         title = f"lm — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
         if first is None:
             cap = unfinished_caption(source_label, [r for rs in by_task.values() for r in rs])
@@ -93,9 +113,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
 
 
 def _reported() -> list:
-    from .reported import reported_tables
+    from attnbench.reported import leaderboard_tables
 
-    return reported_tables()
+    return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 def view():

@@ -3,7 +3,7 @@
 A view over the results store (:mod:`attnbench.tables`): one accuracy table per (setting, device) — rows
 attention, columns the tasks and their average, cells the test accuracy at the best validation step (mean ± std
 over seeds, n) — plus an efficiency table (training samples/s, peak memory, wall time per cell). Published numbers
-(:mod:`.reported`) are separate tables labelled "reported (...)", never rows of a measured table, and a setting's
+(``reported/*.toml``) are separate tables labelled "reported (...)", never rows of a measured table, and a setting's
 scores never share a column with another setting's.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Iterable
 
 from attnbench.tables import latest, timing_mark
 from attnbench.store import Measurement
 
-from .reported import REPORTED, ReportedTable
 
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
 BASELINE = "softmax"
@@ -213,17 +213,11 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     return out
 
 
-def reported_tables(tables: Iterable[ReportedTable] = REPORTED) -> list[tuple[str, list[str], list[list[str]], str]]:
-    out = []
-    for tab in tables:
-        rows = []
-        for r in tab.rows:
-            name = r.method + (f" [{r.attention}]" if r.attention else "")
-            cells = [f"{r.accuracy[t]:.2f}" if t in r.accuracy else "-" for t in TASK_ORDER]
-            rows.append([name, *cells, f"{r.avg:.2f}" if r.avg is not None else "-"])
-        out.append((f"{tab.label} — {tab.setting}", ["method [attnbench name]", *TASK_ORDER, "avg (5)"], rows,
-                    f"Published numbers, not measured by attnbench. Source: {tab.source}. {tab.notes}"))
-    return out
+def reported_tables() -> list[tuple[str, list[str], list[list[str]], str]]:
+    """The published tables shown beside the measured ones (``reported/*.toml``)."""
+    from attnbench.reported import leaderboard_tables
+
+    return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 # --- rendering (the attnbench.tables view) ---------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The vision leaderboard: ``attnbench table vision``. One table per (setting, device): rows the attention
 specs, columns test top-1 (with its 95% interval and significance marks, as the LRA table), top-5, parameters,
 FLOPs per image, training and inference throughput, peak memory and wall time. The papers' reported ImageNet
-numbers (:mod:`.reported`) follow as separate tables labelled "reported", never mixed with measured rows."""
+numbers (``reported/*.toml``) follow as separate tables labelled "reported", never mixed with measured rows."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable
 
 from attnbench.tables import latest, timing_mark, unfinished_caption
@@ -98,11 +99,10 @@ def resolution_table(records: list[Measurement], setting: str, device: str):
 
 
 def _reported() -> list:
-    try:
-        from .reported import reported_for, reported_tables
-    except ImportError:  # pragma: no cover - the transcription is optional
-        return []
-    return reported_tables(reported_for(ablations=False))  # the main tables; ablations: suites/vision/reported.py
+    """The main published tables (the ablations stay in ``reported/*.toml``)."""
+    from attnbench.reported import leaderboard_tables
+
+    return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 def view():
