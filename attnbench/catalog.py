@@ -12,14 +12,19 @@ from typing import Any, Optional
 PATH = Path(__file__).with_name("catalog.json")
 
 
-def live() -> list[dict[str, Any]]:
-    """Every registered attention's description, JSON-ready (option defaults as their ``repr``)."""
-    from . import registry
+def live(plugins_only: bool = False) -> list[dict[str, Any]]:
+    """Every registered attention's description, JSON-ready (option defaults as their ``repr``); a plug-in's
+    mechanism also names its plug-in (``plugin``: source and hash). ``plugins_only``: only the plug-ins'."""
+    from . import plugins, registry
 
     out = []
     for name in registry.names():
+        p = plugins.plugin_for("attention", name)
+        if plugins_only and p is None:
+            continue
         d = registry.describe(name)
-        out.append({**d, "impls": list(d["impls"]), "options": {k: repr(v) for k, v in d["options"].items()}})
+        out.append({**d, "impls": list(d["impls"]), "options": {k: repr(v) for k, v in d["options"].items()},
+                    **({"plugin": p.describe()} if p is not None else {})})
     return out
 
 

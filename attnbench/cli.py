@@ -35,19 +35,39 @@ def _add_suite_commands() -> None:
             data_app.command(command)(fn)
 
 
+PLUGIN_HELP = ("a plug-in: a Python file (my_attn.py) or a dotted module whose classes register attentions or "
+               "feature maps (repeatable; also ATTNBENCH_PLUGINS and the attnbench.attentions entry points)")
+
+
+def _activate_plugins(sources: Optional[list[str]]) -> list:
+    """Load the plug-ins (``--plugin``, ``ATTNBENCH_PLUGINS``, entry points); a bad one is a one-line error."""
+    from . import plugins
+
+    try:
+        return plugins.activate(sources or [])
+    except AttnbenchError as e:
+        fail(str(e))
+
+
 @app.command("list")
 def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a terminal, "
                                      "tsv when piped, so `attnbench list | grep NAME` finds whole lines)"),
              live: bool = clikit.flag(False, "--live", help="read the live registry (imports torch and every "
-                                      "mechanism, including plug-ins) instead of the built-in catalogue")) -> None:
-    """Every registered attention: paper, forms, implementations, parameters."""
+                                      "mechanism, including plug-ins) instead of the built-in catalogue"),
+             plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP)) -> None:
+    """Every registered attention: paper, forms, implementations, parameters (and the plug-ins' sources)."""
     import json
 
-    from . import catalog
+    from . import catalog, plugins
 
     from . import tables
 
-    rows = (None if live else catalog.load()) or catalog.live()
+    if plugin or plugins.configured():
+        _activate_plugins(plugin)
+        rows = catalog.load() if not live else None
+        rows = catalog.live() if rows is None else rows + catalog.live(plugins_only=True)
+    else:
+        rows = (None if live else catalog.load()) or catalog.live()
     fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))
@@ -61,7 +81,9 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or
         for line in [header, *cells]:
             typer.echo("\t".join(line))
         return
-    tables.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions; `attnbench list "
+    sources = sorted({d["plugin"] for d in rows if d.get("plugin")})
+    note = "; plug-ins: " + ", ".join(sources) if sources else ""
+    tables.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions{note}; `attnbench list "
                            f"--format json` gives every field.")], console=console, fmt=fmt)
 
 
@@ -76,12 +98,15 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
                                       "(and FLA's chunk kernels) for a GPU, without one: compiles, fits, spills"),
               arch: str = typer.Option("90", "--arch", help="--aot: compute capabilities, comma-separated "
                                        "(90 = H100, 80 = A100)"),
-              quick: bool = clikit.flag(False, "--quick", help="--aot: one shape per kernel and dtype")) -> None:
+              quick: bool = clikit.flag(False, "--quick", help="--aot: one shape per kernel and dtype"),
+              plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP)) -> None:
     """Every impl of every mechanism (and of the delta-rule op) against its reference at odd shapes, forward and
-    backward; with --aot, the ahead-of-time GPU compile check instead."""
+    backward; with --aot, the ahead-of-time GPU compile check instead. ``--plugin my_attn.py --attn mine`` runs the
+    same contract on a user's mechanism (attnbench.testing.check_attention is the same in pytest)."""
     if aot:
         _check_aot(arch, quick, interpret)
         return
+    _activate_plugins(plugin)
     from . import tables
 
     try:
@@ -94,13 +119,31 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
         os.environ["TRITON_INTERPRET"] = "1"
     from .verify import check_table, summarize, verify_all
 
+    from . import plugins
+    from .verify import DELTA_OPS
+
     names = [n.strip() for n in (attn or "").split(",") if n.strip()]  # verify_all knows the ops too
+    # a plug-in's mechanism gets the whole contract of the registry-wide tests (attnbench.testing)
+    contract_names = [n for n in (names or registry.names()) if plugins.plugin_for("attention", n)]
+    builtin_names = [n for n in (names or registry.names() + list(DELTA_OPS)) if n not in contract_names]
+    rows, broken = [], []
     try:
-        rows = verify_all(names or None, dtype=dtype)
+        if builtin_names:
+            rows = verify_all(builtin_names, dtype=dtype)
+        if contract_names:
+            from . import testing
+
+            for name in contract_names:
+                broken += testing.contract(name, verdicts=rows)
     except AttnbenchError as e:
         fail(str(e))
     tables.render_tables([check_table(rows)], console=console, fmt=fmt)
     line, bad = summarize(rows)  # agreed, skipped (why), disagreed and errored, counted apart
+    if contract_names:
+        line += f"; contract of {', '.join(contract_names)}: {len(broken)} clause(s) broken"
+    bad = bad or bool(broken)
+    for f in broken:  # one line per failure: what and where
+        typer.echo(f"FAIL {f.line()}", err=fmt == "json")
     if fmt == "json":  # stdout stays one JSON document: the summary goes to stderr
         typer.echo(line, err=True)
     else:

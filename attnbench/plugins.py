@@ -306,6 +306,16 @@ def activate(sources: Iterable[str] = ()) -> list[Plugin]:
     return list(_LOADED.values())
 
 
+def configured(sources: Iterable[str] = ()) -> bool:
+    """Whether this process has plug-ins to load (sources, ``ATTNBENCH_PLUGINS`` or an installed entry point),
+    without importing any of them: commands that can answer without torch ask this first."""
+    if list(sources or ()) or env_sources() or _LOADED:
+        return True
+    from importlib import metadata
+
+    return bool(list(metadata.entry_points(group=GROUP)))
+
+
 def loaded() -> list[Plugin]:
     """The plug-ins loaded in this process."""
     return list(_LOADED.values())

@@ -231,9 +231,34 @@ def check_writable(path: str | os.PathLike | None = None) -> Path:
 
 def point_hash(*, suite: str, setting: str, task: str, attention: str, options: dict, params: dict,
                dtype: str | None, device: str) -> str:
-    """The identity of a measured point (what resume compares)."""
-    return provenance.config_hash({"suite": suite, "setting": setting, "task": task, "attention": attention,
-                                   "options": options, "params": params, "dtype": dtype, "device": device})
+    """The identity of a measured point (what resume compares). A point whose attention or options name a
+    plug-in's mechanism also carries the hash of the plug-in's source (:func:`attnbench.plugins.identity`), so
+    editing the plug-in reruns the point; built-ins add nothing (their identities never change)."""
+    from . import plugins
+
+    point = {"suite": suite, "setting": setting, "task": task, "attention": attention, "options": options,
+             "params": params, "dtype": dtype, "device": device}
+    used = plugins.identity(attention, options)
+    if used:
+        point["plugins"] = used
+    return provenance.config_hash(point)
+
+
+def _plugin_provenance(attention: str, options: dict | None) -> dict[str, str]:
+    """``{"plugin:<file or module>": "sha256:<hash>"}`` for the plug-ins a record's mechanism comes from."""
+    from . import plugins
+
+    return plugins.provenance(attention, options)
+
+
+def seeded_params(params: dict, seed: int | None) -> dict:
+    """The params a point's identity hashes: a cell is (spec, task, seed), so the seed is part of it. The training
+    suites put it in ``params`` themselves (``params["seed"]``, seed 0 included: their identities predate seeds as
+    cells); a record that does not gets ``seed`` added here when it is set and not 0, so a seed-0 point keeps the
+    identity it had before seeds were cells (committed results and users' stores still match)."""
+    if seed in (None, 0) or "seed" in params:
+        return params
+    return {**params, "seed": seed}
 
 
 @dataclasses.dataclass
@@ -269,8 +294,9 @@ class Measurement:
             raise ValueError(f"measurement status must be one of {STATUSES}, got {self.status!r}")
         if not self.config_hash:
             self.config_hash = point_hash(suite=self.suite, setting=self.setting, task=self.task,
-                                          attention=self.attention, options=self.options, params=self.params,
-                                          dtype=self.dtype, device=self.device)
+                                          attention=self.attention, options=self.options,
+                                          params=seeded_params(self.params, self.seed), dtype=self.dtype,
+                                          device=self.device)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -325,7 +351,8 @@ class Run:
             suite=self.suite, task=task, setting=setting or self.setting, attention=attention, status=status,
             device=device or env.get("device") or "cpu", options=dict(options or {}), impl=impl, dtype=dtype,
             params=dict(params or {}), metrics=dict(metrics or {}), seed=seed,
-            git_commit=env.get("git_commit"), git_dirty=env.get("git_dirty"), packages=dict(env.get("packages") or {}),
+            git_commit=env.get("git_commit"), git_dirty=env.get("git_dirty"),
+            packages={**(env.get("packages") or {}), **_plugin_provenance(attention, options)},
             device_name=env.get("device_name"), error=error, started_at=started_at or provenance.now(),
             ended_at=ended_at or provenance.now(), source=self.source, run_id=self.run_id,
             config_hash=config_hash)
