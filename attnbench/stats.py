@@ -1,11 +1,14 @@
 """The uncertainty of accuracy figures: every accuracy a leaderboard prints is a proportion of a finite test set.
 
 Small closed-form statistics on purpose (no SciPy in the core): the Wilson score interval of a proportion, and
-the two-sided two-proportion z-test (pooled), which is what "is 52.0% on 150 images different from 48.7%?" needs.
+the two-sided two-proportion z-test (pooled), which is what "is 52.0% on 150 images different from 48.7%?" needs;
+over seeds (:class:`SeedStats`), Student's t interval of the mean, Welch's test and a χ² test of whether the seeds
+disagree more than the test set's sampling explains.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 Z95 = 1.959963984540054
@@ -39,3 +42,152 @@ def above_rate_p(p: float, n: int, rate: float) -> float:
         return 1.0 if p <= rate else 0.0
     z = (p - rate) / math.sqrt(rate * (1 - rate) / n)
     return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+# --- over seeds ---------------------------------------------------------------------------------------------------
+# A cell is (spec, task, seed); a leaderboard row is (spec, task) over its seeds. Two noises are told apart: the
+# test set's (a binomial proportion of n items, the Wilson interval above) and the training's (the spread over seeds,
+# a Student t interval). Integer degrees of freedom only: the closed forms below need no special functions.
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with ``df`` (integer >= 1) degrees of freedom: P(|T| >= |t|).
+    The closed forms of Abramowitz & Stegun 26.7.3-26.7.4 (a finite series in cos θ, θ = atan(|t| / sqrt(df)))."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if not math.isfinite(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2:  # odd: A = (2/π) [θ + sin θ (cos θ + 2/3 cos³ θ + ... )]
+        series, term = 0.0, c
+        for k in range(1, (df - 1) // 2 + 1):
+            if k > 1:
+                term *= c * c * (2 * k - 2) / (2 * k - 1)
+            series += term
+        inside = 2 / math.pi * (theta + s * series) if df > 1 else 2 / math.pi * theta
+    else:  # even: A = sin θ [1 + 1/2 cos² θ + (1·3)/(2·4) cos⁴ θ + ...]
+        series, term = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c * c * (2 * k - 1) / (2 * k)
+            series += term
+        inside = s * series
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """The two-sided ``level`` quantile of Student's t (e.g. 12.71 for df = 1, 4.30 for df = 2 at 95%)."""
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > 1 - level:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > 1 - level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for a χ² variable with ``df`` (integer >= 1) degrees of freedom (closed forms: a Poisson sum for
+    even df, erfc plus a finite sum for odd df)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if x <= 0:
+        return 1.0
+    if df % 2 == 0:
+        term = total = 1.0
+        for i in range(1, df // 2):
+            term *= (x / 2) / i
+            total += term
+        return min(1.0, math.exp(-x / 2) * total)
+    total, term = 0.0, math.sqrt(x)  # sum_{r=1}^{(df-1)/2} x^(r-1/2) / (1·3·...·(2r-1))
+    for r in range(1, (df - 1) // 2 + 1):
+        if r > 1:
+            term *= x / (2 * r - 1)
+        total += term
+    return min(1.0, math.erfc(math.sqrt(x / 2)) + math.exp(-x / 2) / math.sqrt(2 * math.pi) * 2 * total)
+
+
+def welch_p(a: "list[float]", b: "list[float]") -> float:
+    """Two-sided p-value that two sets of seeds have the same mean (Welch's t-test; its fractional degrees of
+    freedom rounded down, which errs towards 'not different'). Needs >= 2 values on each side."""
+    import statistics
+
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("Welch's test needs at least two values on each side")
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if va + vb == 0:
+        return 1.0 if diff == 0 else 0.0
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    return t_two_sided_p(diff / math.sqrt(va + vb), max(1, int(df)))
+
+
+#: p below which the seeds of a row are said to disagree beyond the test set's noise (:attr:`SeedStats.disagree`).
+DISAGREE_P = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedStats:
+    """One leaderboard row's figure over its seeds. ``values``: per seed, in the metric's unit (e.g. accuracy in %:
+    ``scale`` = 100); ``n_test``: the test-set size when the figure is a proportion of it (None: not a proportion,
+    e.g. perplexity, and no test-set interval or disagreement test)."""
+
+    values: tuple[float, ...]
+    seeds: tuple = ()
+    n_test: int | None = None
+    scale: float = 100.0
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def sd(self) -> float | None:
+        import statistics
+
+        return statistics.stdev(self.values) if self.n > 1 else None
+
+    @property
+    def half(self) -> float | None:
+        """Half-width of the 95% t-interval of the mean over seeds (n − 1 degrees of freedom); None for one seed."""
+        return t_quantile(self.n - 1) * self.sd / math.sqrt(self.n) if self.n > 1 else None
+
+    @property
+    def test_half(self) -> float | None:
+        """Half-width of the 95% Wilson interval of the mean as a proportion of ``n_test`` items (in the metric's
+        unit); None when the figure is not a proportion."""
+        if not self.n_test:
+            return None
+        lo, hi = wilson_interval(self.mean / self.scale, self.n_test)
+        return self.scale * (hi - lo) / 2
+
+    @property
+    def disagree_p(self) -> float | None:
+        """p-value of the χ² test of homogeneity of the seeds' proportions (k seeds × ``n_test`` items, k − 1
+        degrees of freedom): X² = Σ n_test (p_i − p̄)² / (p̄ (1 − p̄)). Small: the seeds differ more than drawing
+        ``n_test`` test items explains. None with one seed or without ``n_test``."""
+        if self.n < 2 or not self.n_test:
+            return None
+        ps = [v / self.scale for v in self.values]
+        pbar = sum(ps) / len(ps)
+        if pbar <= 0 or pbar >= 1:
+            return 1.0
+        x2 = sum(self.n_test * (p - pbar) ** 2 for p in ps) / (pbar * (1 - pbar))
+        return chi2_sf(x2, self.n - 1)
+
+    @property
+    def disagree(self) -> bool:
+        p = self.disagree_p
+        return p is not None and p < DISAGREE_P
+
+
+def seed_stats(values, *, seeds=(), n_test: int | None = None, scale: float = 100.0) -> SeedStats:
+    """:class:`SeedStats` of ``values`` (one per seed)."""
+    values = tuple(float(v) for v in values)
+    if not values:
+        raise ValueError("no values to aggregate over seeds")
+    return SeedStats(values, tuple(seeds), int(n_test) if n_test else None, scale)

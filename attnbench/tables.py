@@ -172,40 +172,110 @@ def slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
+# --- rows over seeds: the one aggregation every leaderboard uses ------------------------------------------------
+#: The mark of a row whose seeds disagree more than the test set's noise explains (:attr:`attnbench.stats.SeedStats.
+#: disagree`).
+SEED_MARK = "!"
+SEED_CAPTION = ("Several seeds: mean over seeds ± the test-set interval of the mean, then (seeds ± h, n=k): the "
+                "half-width h of the 95% Student t interval of the mean over the k seeds (k − 1 degrees of freedom). "
+                f"{SEED_MARK} the seeds disagree more than the test set's noise explains: χ² test of homogeneity of "
+                "the k seeds' accuracies, each a proportion of the same n test items, X² = Σ n (p_i − p̄)² / "
+                "(p̄ (1 − p̄)) on k − 1 degrees of freedom, p < 0.05 (training variance beyond binomial sampling).")
+
+
+def seed_rows(records: Iterable[Measurement], key: Callable[[Measurement], Any] = None,
+              vary: Iterable[str] = ("seed",)) -> dict[tuple, list[Measurement]]:
+    """Leaderboard rows over seeds: the latest record of each point (config hash; ``ok`` preferred), grouped by
+    ``(setting, device, dtype, task, key(record))`` (``key``: the row's label, default :func:`label_of`). A group
+    keeps the seeds of its latest configuration only (records whose params, ``vary`` left out, equal the newest
+    record's: a preset edited since is not mixed in) and one record per seed (the latest), ordered by seed."""
+    key = key or label_of
+    vary = set(vary)
+    groups: dict[tuple, list[Measurement]] = {}
+    for r in latest(records, preferred=("ok",)):
+        groups.setdefault((r.setting, r.device, r.dtype, r.task, key(r)), []).append(r)
+    rank = lambda m: (m.status == "ok", m.ended_at or "", m.id or 0)  # noqa: E731
+    for k, rs in groups.items():
+        last = max(rs, key=rank)
+        same = {a: b for a, b in last.params.items() if a not in vary}
+        per_seed: dict[Any, Measurement] = {}
+        for m in sorted(rs, key=rank):
+            if {a: b for a, b in m.params.items() if a not in vary} == same:
+                per_seed[m.seed] = m
+        groups[k] = sorted(per_seed.values(), key=lambda m: (m.seed is None, m.seed or 0))
+    return groups
+
+
+def aggregate(records: Iterable[Measurement], metric: str = "score", *, scale: float = 100.0,
+              proportion: bool = True):
+    """:class:`attnbench.stats.SeedStats` of ``metric`` over the ``ok`` records of one row (one per seed, as
+    :func:`seed_rows` gives them), or None when none has it. ``proportion``: the metric is a proportion (× ``scale``)
+    of ``metrics["n_test"]`` test items (the smallest when they differ), which gives the test-set interval and the
+    disagreement test."""
+    from .stats import seed_stats
+
+    ok = [r for r in records if r.status == "ok" and isinstance(r.metrics.get(metric), (int, float))]
+    if not ok:
+        return None
+    ns = [int(r.metrics["n_test"]) for r in ok if isinstance(r.metrics.get("n_test"), (int, float))]
+    n_test = min(ns) if proportion and len(ns) == len(ok) else None
+    return seed_stats([r.metrics[metric] for r in ok], seeds=[r.seed for r in ok], n_test=n_test, scale=scale)
+
+
+def fmt_seeds(st, digits: int = 2, test_digits: int = 1) -> str:
+    """A row's figure over seeds: ``mean ± test-set half-width`` (one seed: as before seeds existed), then
+    ``(seeds ± h, n=k)`` and :data:`SEED_MARK` for several seeds (see :data:`SEED_CAPTION`)."""
+    if st is None:
+        return "-"
+    cell = f"{st.mean:.{digits}f}"
+    if st.test_half is not None:
+        cell += f" ± {st.test_half:.{test_digits}f}"
+    if st.n > 1:
+        cell += f" (seeds ± {st.half:.{digits}f}, n={st.n})" + (f" {SEED_MARK}" if st.disagree else "")
+    return cell
+
+
+SEED_CAPTION_VALUE = ("Several seeds: mean over seeds (seeds ± h, n=k): the half-width h of the 95% Student t "
+                      "interval of the mean over the k seeds (k − 1 degrees of freedom). No test-set interval (the "
+                      "figure is not a proportion of test items), so no disagreement mark.")
+
+
+def seed_note(stats: Iterable[Any], proportion: bool = True) -> str:
+    """The caption's seed sentence (:data:`SEED_CAPTION`; :data:`SEED_CAPTION_VALUE` for a figure that is not a
+    proportion) when any of ``stats`` has several seeds, else ``""``."""
+    if not any(s is not None and s.n > 1 for s in stats):
+        return ""
+    return f" {SEED_CAPTION if proportion else SEED_CAPTION_VALUE}"
+
+
 # --- the generic view (suites without their own) -----------------------------------------------------------------
-def _score(m: Measurement) -> float | None:
-    for key in ("score", "accuracy", "acc"):
-        v = m.metrics.get(key)
-        if isinstance(v, (int, float)):
-            return float(v)
-    return None
-
-
 def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]], str]]:
     groups: dict[tuple, list[Measurement]] = {}
     for r in source.records:
         groups.setdefault((r.setting, r.dtype, r.device), []).append(r)
     out = []
     for (setting, dtype, device), recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        rows_over_seeds = seed_rows(recs)
         tasks = sorted({r.task for r in recs})
         labels = sorted({label_of(r) for r in recs})
-        rows = []
+        rows, stats = [], []
         for lab in labels:
             row = [lab]
             for t in tasks:
-                ok = [s for r in recs if label_of(r) == lab and r.task == t and r.status == "ok"
-                      for s in [_score(r)] if s is not None]
-                if ok:
-                    spread = f" ±{statistics.stdev(ok):.3g}" if len(ok) > 1 else ""
-                    row.append(f"{max(ok):.4g}{spread} (n={len(ok)})")
+                rs = [m for k, ms in rows_over_seeds.items() if k[3] == t and k[4] == lab for m in ms]
+                score_key = next((k for k in ("score", "accuracy", "acc") if any(
+                    isinstance(m.metrics.get(k), (int, float)) for m in rs)), None)
+                st = aggregate(rs, score_key, proportion=False) if score_key else None
+                stats.append(st)
+                if st is not None:
+                    row.append(fmt_seeds(st, digits=4) if st.n > 1 else f"{st.mean:.4g}")
                 else:
-                    st = sorted({r.status for r in recs if label_of(r) == lab and r.task == t})
-                    row.append("/".join(st) or "·")
+                    row.append("/".join(sorted({r.status for r in rs})) or "·")
             rows.append(row)
         names = sorted({r.device_name for r in recs if r.device_name})
         title = f"{setting} · {dtype} · {device}" + (f" ({'; '.join(names)})" if names else "")
         out.append((title, ["attention", *tasks], rows,
-                    f"{source.label}. Best score per attention and task, ± std over ok runs (n)."))
+                    f"{source.label}. Score per attention and task (mean over seeds).{seed_note(stats, False)}"))
     return out
 
 

@@ -204,7 +204,7 @@ def test_ingest_cli(tmp_db, tmp_path):
 
 
 def test_generic_view_for_other_suites(tmp_db):
-    # a suite without a view of its own: best score per attention and task
+    # a suite without a view of its own: the mean score per attention and task over its seeds
     with Store() as s:
         run = s.start_run(suite="demo", setting="demo/tiny", env={"device": "cpu", "device_name": "CPU"})
         s.add_many([run.record(task=t, attention=a, status=st, seed=seed, metrics={"score": sc}, dtype="fp32")
@@ -213,9 +213,9 @@ def test_generic_view_for_other_suites(tmp_db):
     out = io.StringIO()
     assert tbl.table("demo", console=Console(file=out, width=200)) == 1
     text = out.getvalue()
-    assert "demo/tiny" in text and "0.34 ±0.0283 (n=2)" in text and "oom" in text
+    assert "demo/tiny" in text and "0.3200 (seeds ± 0.2541, n=2)" in text and "oom" in text
     md = tbl.export(tbl.select(suite="demo"), "markdown")
-    assert "| linear | 0.34 ±0.0283 (n=2) | 0.6 (n=1) |" in md
+    assert "| linear | 0.3200 (seeds ± 0.2541, n=2) | 0.6 |" in md
 
 
 # --- the core names no suite; each suite's view comes from the registry -----------------------------------------

@@ -27,27 +27,36 @@ def _loss(s: dict | None) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.stats import wilson_interval
+    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), []).append(r)
     out = []
     for (setting, device), recs in sorted(groups.items()):
-        rows = []
-        for r in sorted(recs, key=_order):
+        rows, stats = [], []
+        # a row is (attention, stage set) over its seeds (attnbench.tables.seed_rows); columns other than top-1
+        # and the stage accuracies: its latest seed
+        over_seeds = sorted(seed_rows(recs, key=lambda r: r.attention, vary=("seed", "teacher", "weights")).values(),
+                            key=lambda rs: _order(rs[-1]))  # each seed has its own teacher (and scratch model)
+        for rs in over_seeds:
+            st = aggregate(rs)
+            stats.append(st)
+            r = next((m for m in reversed(rs) if m.status == "ok" and "score" in m.metrics), rs[-1])
             m = r.metrics
             what = r.task.removeprefix("stages ") if r.task.startswith("stages ") else r.task
-            if r.status != "ok" or "score" not in m:
+            if st is None:
                 rows.append([r.attention, what, r.status, *["-"] * 6])
                 continue
-            n, p = int(m.get("n_test") or 0), m["score"] / 100
-            lo, hi = wilson_interval(p, n)
-            st = m.get("stages") or {}
+            st_of = lambda x, k: ((x.metrics.get("stages") or {}).get(k) or {}).get("test_top1")  # noqa: E731
+            after = []
+            for k in "12":
+                vals = [st_of(x, k) for x in rs if x.status == "ok" and isinstance(st_of(x, k), (int, float))]
+                after.append(_pct(sum(vals) / len(vals)) if vals else "-")
+            stages = m.get("stages") or {}
             mem = m.get("infer_peak_mem_bytes")
-            rows.append([r.attention, what, f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}",
-                         " / ".join(_pct((st.get(k) or {}).get("test_top1")) for k in "12"),
-                         "; ".join(_loss(st.get(k)) for k in "123" if k in st) or "-",
+            rows.append([r.attention, what, fmt_seeds(st), " / ".join(after),
+                         "; ".join(_loss(stages.get(k)) for k in "123" if k in stages) or "-",
                          f"{m['n_params'] / 1e6:.3f} M · {m['flops_per_image'] / 1e6:.3g} MFLOPs",
                          f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.1f} MiB" if isinstance(mem, (int, float)) else "-",
@@ -62,10 +71,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"model of the attention trained from scratch for as many steps as stages 1+2+3 together; then the "
                f"stage sets run (Table 3: 3 = direct swap + fine-tuning). Test top-1 (%) ± the half-width of its "
                f"95% Wilson interval (n = {fm.get('n_test', '?')}); 'after 1 / 2': test top-1 after stage 1 / 2 "
-               f"(with the teacher's head). Stage losses: each stage's training loss, first step→mean of the last "
+               f"(with the teacher's head; mean over seeds). Stage losses (the latest seed's): each stage's training loss, first step→mean of the last "
                f"10, in stage order (1: Eq. 3, 2: Eq. 4, 3: cross-entropy). FLOPs per image by torch.utils.flop_counter; inference "
                f"images/s and the peak memory of one forward at batch {fm.get('mem_batch', '?')} (CPU: tensor bytes "
-               f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.")
+               f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.{seed_note(stats)}")
         title = f"adala — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
         if not ok:
             cap = unfinished_caption(source_label, recs)

@@ -32,18 +32,13 @@ def _majority(by: dict, lab: str, t: str) -> float | None:
     return vals[-1] if vals else None
 
 
-def _fmt_cell(xs: list[float], n: int, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
-    """One accuracy cell with its uncertainty and marks (see the caption of :func:`measured_tables`)."""
-    from attnbench.stats import above_rate_p, two_proportion_p, wilson_interval
+def _fmt_cell(st, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
+    """One accuracy cell over its seeds (:func:`attnbench.tables.fmt_seeds`) with the marks of the caption of
+    :func:`measured_tables`; the marks test the mean over seeds as a proportion of the test set."""
+    from attnbench.stats import above_rate_p, two_proportion_p
+    from attnbench.tables import fmt_seeds
 
-    mean = statistics.fmean(xs)
-    if len(xs) > 1:
-        cell = f"{mean:.2f} ± {statistics.stdev(xs):.2f} (n={len(xs)})"
-    elif n:
-        lo, hi = wilson_interval(mean / 100, n)
-        cell = f"{mean:.2f} ± {100 * (hi - lo) / 2:.1f}"
-    else:
-        cell = f"{mean:.2f}"
+    n, mean = st.n_test or 0, st.mean
     marks = ""
     if is_best:
         marks += "^"
@@ -51,7 +46,7 @@ def _fmt_cell(xs: list[float], n: int, best: tuple, n_best: int, majority: float
         marks += "≈"
     if n and majority is not None and above_rate_p(mean / 100, n, majority) >= 0.05:
         marks += "†"
-    return cell + (f" {marks}" if marks else "")
+    return fmt_seeds(st) + (f" {marks}" if marks else "")
 
 
 def _budget(by: dict, tasks: list[str]) -> str:
@@ -106,6 +101,8 @@ def _committed_baseline(setting: str, device: str, tasks: list[str], by: dict) -
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
+    from attnbench.tables import aggregate, seed_note, seed_rows
+
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), []).append(r)
@@ -113,22 +110,16 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     for (setting, device), recs in sorted(groups.items()):
         tasks = [t for t in TASK_ORDER if any(r.task == t for r in recs)]
         labels = sorted({_label(r) for r in recs})
-        by: dict[tuple[str, str], list[Measurement]] = {}
-        for r in recs:
-            by.setdefault((_label(r), r.task), []).append(r)
-        for key, rs in by.items():  # seeds of the latest configuration only (a preset edited since is not mixed in)
-            last = max(rs, key=lambda m: (m.status == "ok", m.ended_at or "", m.id or 0))
-            same = {k: v for k, v in last.params.items() if k != "seed"}
-            by[key] = [m for m in rs if {k: v for k, v in m.params.items() if k != "seed"} == same]
-
-        def scores(lab: str, t: str) -> list[float]:
-            return [r.metrics["score"] for r in by.get((lab, t), []) if r.status == "ok" and "score" in r.metrics]
+        # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.tables.seed_rows)
+        by: dict[tuple[str, str], list[Measurement]] = {(lab, t): rs for (_s, _d, _dt, t, lab), rs
+                                                        in seed_rows(recs, key=_label).items()}
+        stats = {key: aggregate(rs) for key, rs in by.items()}
 
         def n_test(lab: str, t: str) -> int:
-            ns = [r.metrics.get("n_test") for r in by.get((lab, t), []) if r.status == "ok"]
-            return int(ns[-1]) if ns and isinstance(ns[-1], (int, float)) else 0
+            st = stats.get((lab, t))
+            return st.n_test or 0 if st is not None else 0
 
-        best = {t: max(((statistics.fmean(scores(lab, t)), lab) for lab in labels if scores(lab, t)),
+        best = {t: max(((stats[(lab, t)].mean, lab) for lab in labels if stats.get((lab, t)) is not None),
                        default=(None, None)) for t in tasks}
 
         rows, avgs = [], {}
@@ -136,11 +127,11 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
             row = [lab, ",".join(sorted({r.impl or "-" for t in tasks for r in by.get((lab, t), [])}))]
             means = []
             for t in tasks:
-                xs = scores(lab, t)
-                if xs:
-                    row.append(_fmt_cell(xs, n_test(lab, t), best[t], n_test(best[t][1], t) if best[t][1] else 0,
+                st = stats.get((lab, t))
+                if st is not None:
+                    row.append(_fmt_cell(st, best[t], n_test(best[t][1], t) if best[t][1] else 0,
                                          _majority(by, lab, t), lab == best[t][1]))
-                    means.append(statistics.fmean(xs))
+                    means.append(st.mean)
                 else:
                     st = sorted({r.status for r in by.get((lab, t), [])})
                     row.append("/".join(st) or "·")
@@ -174,9 +165,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
         dates = sorted({(r.ended_at or "")[:10] for r in recs} - {""})
         title = f"LRA accuracy — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
-        cap = (f"{source_label}. Test accuracy (%) at the best validation step: one seed ± the half-width of its "
-               f"95% Wilson interval over the test set (n in the budget line); several seeds: mean ± std over seeds "
-               f"{seeds} (n). ^ best of its column; ≈ not significantly different from the best (two-proportion "
+        cap = (f"{source_label}. Test accuracy (%) at the best validation step ± the half-width of its 95% Wilson "
+               f"interval over the test set (n in the budget line); seeds {seeds}.{seed_note(stats.values())} ^ best "
+               f"of its column (marks compare the means over seeds); ≈ not significantly different from the best (two-proportion "
                f"test, p ≥ 0.05); † not significantly above the majority class (p ≥ 0.05): at chance. avg = mean over "
                f"the {len(tasks)} task(s) shown. {_budget(by, tasks)} A 'softmax (committed ...)' row is the committed "
                f"baseline of the same budget and data (results/lra/), from the machine it names: not in the marks. "

@@ -18,7 +18,8 @@ def _mib(v) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.stats import two_proportion_p, wilson_interval
+    from attnbench.stats import two_proportion_p
+    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
@@ -27,31 +28,40 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     out = []
     for (setting, device, teacher, k), recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         rows = []
-        scored = [r for r in recs if r.status == "ok" and "score" in r.metrics]
-        best = max(scored, key=lambda r: r.metrics["score"], default=None)
-        teach = next((r for r in scored if r.params.get("quadratic_layers") is None), None)
+        # a row is a variant over its seeds (attnbench.tables.seed_rows); its selected layers may differ by seed
+        rows_of = {key[4]: rs for key, rs in seed_rows(recs, key=lambda r: r.attention,
+                                                       vary=("seed", "quadratic_layers", "specs",
+                                                             "selected_layers")).items()}
+        stats = {v: aggregate(rs) for v, rs in rows_of.items()}
+        scored = [v for v, st in stats.items() if st is not None]
+        best = max(scored, key=lambda v: stats[v].mean, default=None)
+        teach = next((v for v in scored if rows_of[v][-1].params.get("quadratic_layers") is None), None)
 
-        def differs(a: Measurement, b: Measurement | None) -> bool | None:
-            """Whether a's and b's test top-1 differ significantly (two-proportion test, p < 0.05)."""
-            na, nb = int(a.metrics.get("n_test") or 0), int((b.metrics if b else {}).get("n_test") or 0)
-            if b is None or not na or not nb:
+        def differs(a: str, b: str | None) -> bool | None:
+            """Whether rows a's and b's test top-1 (means over seeds) differ significantly (two-proportion test,
+            p < 0.05)."""
+            if b is None or not stats[a].n_test or not stats[b].n_test:
                 return None
-            return two_proportion_p(a.metrics["score"] / 100, na, b.metrics["score"] / 100, nb) < 0.05
+            return two_proportion_p(stats[a].mean / 100, stats[a].n_test, stats[b].mean / 100,
+                                    stats[b].n_test) < 0.05
 
-        for r in sorted(recs, key=lambda r: (ORDER.get(r.attention, 4), r.attention)):
+        for v in sorted(rows_of, key=lambda v: (ORDER.get(v, 4), v)):
+            rs, st = rows_of[v], stats[v]
+            r = next((m for m in reversed(rs) if m.status == "ok" and "score" in m.metrics), rs[-1])
             m = r.metrics
+            sets = list(dict.fromkeys(str(x.params.get("quadratic_layers")) for x in rs))
             layers = r.params.get("quadratic_layers")
-            where = "all softmax" if layers is None else (", ".join(map(str, layers)) if layers else "none")
-            if r.status != "ok" or "score" not in m:
-                rows.append([r.attention, where, r.status, *["-"] * 7])
+            where = " / ".join("all softmax" if q == "None" else (q.strip("[]") or "none") for q in sets)
+            if st is None:
+                rows.append([v, where, r.status, *["-"] * 7])
                 continue
-            n, p = int(m.get("n_test") or 0), m["score"] / 100
-            lo, hi = wilson_interval(p, n)
-            delta = m.get("delta_vs_teacher")
+            deltas = [x.metrics["delta_vs_teacher"] for x in rs if x.status == "ok"
+                      and isinstance(x.metrics.get("delta_vs_teacher"), (int, float))]
+            delta = sum(deltas) / len(deltas) if deltas else None
             tr = m.get("train_images_per_s")
-            mark = "^" if r is best else ("≈" if differs(r, best) is False else "")
-            dmark = " ≈" if differs(r, teach) is False else ""
-            rows.append([r.attention, where, f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}" + (f" {mark}" if mark else ""),
+            mark = "^" if v == best else ("≈" if differs(v, best) is False else "")
+            dmark = " ≈" if differs(v, teach) is False else ""
+            rows.append([v, where, fmt_seeds(st) + (f" {mark}" if mark else ""),
                          "-" if delta is None or layers is None else f"{delta:+.2f}{dmark}",
                          f"{m['flops_per_image'] / 1e6:.3g} M", "-" if tr is None else f"{tr:.0f}{timing_mark(r)}",
                          f"{m['infer_images_per_s']:.0f}{timing_mark(r)}", _mib(m.get("infer_peak_mem_bytes")),
@@ -69,9 +79,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')} from the teacher's weights with KD (T = "
                f"{fp.get('kd_temperature')}, α = {fp.get('kd_alpha')}). Teacher {teacher}. Data: {fm.get('data', '?')}. "
                f"Test top-1 (%) at the best validation step ± half-width of the 95% Wilson interval (n = "
-               f"{fm.get('n_test', '?')}); ^ best; ≈ not significantly different from the best (two-proportion test, "
-               f"p ≥ 0.05). Δ: points vs the teacher, ≈ when not significantly different from it (p ≥ 0.05): no gain "
-               f"or loss shown. FLOPs per image by torch.utils.flop_counter; "
+               f"{fm.get('n_test', '?')}); ^ best; ≈ not significantly different from the best (two-proportion test of "
+               f"the means over seeds, p ≥ 0.05). Δ: points vs the teacher, ≈ when not significantly "
+               f"different from it (p ≥ 0.05): no gain or loss shown (several seeds: the mean of the seeds' Δ). FLOPs, throughput, memory and "
+               f"wall: the latest seed's cell.{seed_note(stats.values())} FLOPs per image by torch.utils.flop_counter; "
                f"infer mem: tensor bytes of one forward at {fm.get('infer_batch', '?')} images (CUDA: allocator "
                f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}.")
         if not any(r.status == "ok" for r in recs):

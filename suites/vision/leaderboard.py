@@ -13,7 +13,8 @@ from attnbench.store import Measurement
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.stats import above_rate_p, two_proportion_p, wilson_interval
+    from attnbench.stats import above_rate_p, two_proportion_p
+    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
@@ -21,25 +22,31 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     out = []
     for (setting, device), recs in sorted(groups.items()):
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
-        best = max(ok, key=lambda r: r.metrics["score"], default=None)
+        # a row is a spec over its seeds (attnbench.tables.seed_rows); columns other than top-1: its latest seed
+        rows_of = {k[4]: rs for k, rs in seed_rows(recs, key=lambda r: r.attention).items()}
+        stats = {lab: aggregate(rs) for lab, rs in rows_of.items()}
+        scored = [lab for lab, st in stats.items() if st is not None]
+        best = max(scored, key=lambda lab: stats[lab].mean, default=None)
         rows = []
-        for r in sorted(recs, key=lambda r: (r.attention.split(":")[0] != "softmax",
-                                             -(r.metrics.get("score") or -1.0), r.attention)):
+        for lab in sorted(rows_of, key=lambda lab: (lab.split(":")[0] != "softmax",
+                                                    -(stats[lab].mean if stats[lab] else -1.0), lab)):
+            st = stats[lab]
+            r = next((m for m in reversed(rows_of[lab]) if m.status == "ok" and "score" in m.metrics),
+                     rows_of[lab][-1])
             m = r.metrics
-            if r.status != "ok" or "score" not in m:
-                rows.append([r.attention, r.impl or "-", r.status, *["-"] * 7])
+            if st is None:
+                rows.append([lab, r.impl or "-", r.status, *["-"] * 7])
                 continue
-            n, p = int(m.get("n_test") or 0), m["score"] / 100
-            lo, hi = wilson_interval(p, n)
-            marks = "^" if r is best else ""
-            if r is not best and n and two_proportion_p(p, n, best.metrics["score"] / 100,
-                                                        int(best.metrics.get("n_test") or 0)) >= 0.05:
+            n, p = st.n_test or 0, st.mean / 100
+            marks = "^" if lab == best else ""
+            if lab != best and n and two_proportion_p(p, n, stats[best].mean / 100, stats[best].n_test or 0) >= 0.05:
                 marks += "≈"
             if n and m.get("majority_test_acc") is not None and above_rate_p(p, n, m["majority_test_acc"]) >= 0.05:
                 marks += "†"
             mem = m.get("peak_mem_bytes")
-            rows.append([r.attention, r.impl or "-", f"{100 * p:.2f} ± {100 * (hi - lo) / 2:.1f}" + (f" {marks}" if marks else ""),
-                         f"{100 * m['test_top5']:.2f}" if m.get("num_classes", 0) >= 100 else "-",
+            top5 = aggregate(rows_of[lab], "test_top5", scale=1.0, proportion=False)
+            rows.append([lab, r.impl or "-", fmt_seeds(st) + (f" {marks}" if marks else ""),
+                         f"{100 * top5.mean:.2f}" if top5 is not None and m.get("num_classes", 0) >= 100 else "-",
                          f"{m['n_params'] / 1e6:.2f} M", f"{m['flops_per_image'] / 1e9:.3g} G",
                          f"{m['train_images_per_s']:.0f}{timing_mark(r)}", f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res.",
@@ -50,14 +57,16 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
         cap = (f"{source_label}. Data: {fm.get('data', '?')}. Test top-1 (%) with the weights of the best validation "
                f"step ± the half-width of its 95% Wilson interval over the test set (n = {fm.get('n_test', '?')}); "
-               f"^ best; ≈ not significantly different from the best (two-proportion test, p ≥ 0.05); † not above "
+               f"^ best; ≈ not significantly different from the best (two-proportion test of the means over seeds, p ≥ "
+               f"0.05); † not above "
                f"the majority class ({100 * (fm.get('majority_test_acc') or 0):.1f}%). Top-5 shown with ≥ 100 "
                f"classes. FLOPs per image by torch.utils.flop_counter (matmul-class ops). Budget: "
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')} on {fm.get('n_train', '?')} training "
                f"images, {fp.get('model')} ViT, {fp.get('image_size')}² px, patch {fp.get('patch_size')}, "
                f"{fm.get('tokens', '?')} tokens" + (f", block options {fp.get('block_options')}"
                                                     if fp.get("block_options") else "")
-               + f". Throughput and memory from whatever machine ran the cells. Commit {', '.join(commits)}.")
+               + f". Top-5: mean over seeds; throughput, memory and wall: the latest seed's cell, from whatever "
+               f"machine ran it. Commit {', '.join(commits)}.{seed_note(stats.values())}")
         if not ok:
             cap = unfinished_caption(source_label, recs)
         title = f"vision — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
