@@ -58,6 +58,7 @@ class FigureGroup:
     title: str
     note: str
     figures: list[Figure]
+    wide: bool = False   # large plots: fewer per row
 
 
 @dataclasses.dataclass
@@ -193,7 +194,7 @@ def _view_plots(view: tables.View, suite: str, src: tables.Source, section: Sect
         paths = view.plot(src, Path(d), prefix)
         figures = [Figure(p.name, p.read_bytes(), p.stem.replace("_", " ")) for p in paths if p.is_file()]
     if figures:
-        section.groups.append(FigureGroup(f"plots · {tag_of(src)}", src.label, figures))
+        section.groups.append(FigureGroup(f"plots · {tag_of(src)}", src.label, figures, wide=True))
 
 
 def collect(suites: Iterable[str] | None = None, *, db: str | None = None, include_store: bool = True,
@@ -289,8 +290,9 @@ figure.fig img{display:block;width:100%;height:auto}
 body{max-width:none;padding:0;font-size:10pt}nav,th button::after{display:none}
 a{color:inherit;text-decoration:none}
 h2{break-before:page;border-top:none}section:first-of-type h2{break-before:auto}
-.board,figure.fig{break-inside:avoid}.scroll{overflow:visible}
-table{font-size:8pt}th,td{white-space:normal}td:first-child,thead th:first-child{position:static}
+h2,h3,h4{break-after:avoid}tr,figure.fig,.prov{break-inside:avoid}
+.scroll{overflow:visible}table{font-size:7.5pt}th,td{padding:2px 4px}th{white-space:normal}
+td.name,td.text{white-space:normal;min-width:6em}td:first-child,thead th:first-child{position:static}
 .board.reported{background:none}
 .figs,.figs.wide{grid-template-columns:1fr 1fr}
 }
@@ -391,7 +393,7 @@ def render_html(report: Report) -> str:
                          "(not measured by attnbench; other hardware, budgets and protocols).</p>")
             parts += [_board_html(b, f"{sid}-r{i}") for i, b in enumerate(theirs)]
         for g in s.groups:
-            wide = ' wide' if g.title.startswith("plots") else ''
+            wide = " wide" if g.wide else ""
             parts.append(f"<h3>Figures: {_e(g.title)}</h3>" + (f'<p class="meta">{_e(g.note)}</p>' if g.note else "")
                          + f'<div class="figs{wide}">' + "".join(_figure_html(f) for f in g.figures) + "</div>")
         parts.append("</section>")
