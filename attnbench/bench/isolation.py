@@ -10,6 +10,7 @@ allocator errors, ``MemoryError``, or a child killed by SIGKILL, as the kernel's
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import time
 import traceback
@@ -67,8 +68,11 @@ def _limit_memory(budget_bytes: int | None) -> None:
         pass
 
 
-def _child_main(conn, target: Callable[[Any], dict], payload: Any, mem_budget: int | None) -> None:
+def _child_main(conn, target: Callable[[Any], dict], payload: Any, mem_budget: int | None,
+                plugins: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    if plugins:  # the parent's plug-ins (the forkserver may predate them): loaded by the registry on first use
+        os.environ["ATTNBENCH_PLUGINS"] = plugins
     _limit_memory(mem_budget)
     try:
         result = target(payload)
@@ -93,7 +97,8 @@ def run_in_child(target: Callable[[Any], dict], payload: Any, *, timeout: float 
     after killing the child). ``target`` must be importable (a module-level function)."""
     ctx = _context(target.__module__)
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(send, target, payload, mem_budget_bytes), daemon=True)
+    proc = ctx.Process(target=_child_main, daemon=True,
+                       args=(send, target, payload, mem_budget_bytes, os.environ.get("ATTNBENCH_PLUGINS")))
     t0 = time.perf_counter()
     proc.start()
     send.close()
