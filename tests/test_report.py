@@ -16,7 +16,7 @@ from attnbench import registry
 from attnbench import tables as tbl
 from attnbench.errors import AttnbenchError
 from attnbench.store import Store, import_records, ingest, read_jsonl, write_jsonl
-from attnbench.suites.scaling import view as scaling_view
+from attnbench.suites.scaling import leaderboard as scaling_leaderboard
 from attnbench.suites.scaling.ingest import ingest_pytest_benchmark
 
 NS = [1024, 2048, 4096, 8192]
@@ -59,7 +59,7 @@ def test_scaling_board_exponents_ratios_and_order(tmp_db):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    (board,) = scaling_view.scaling_boards(recs)
+    (board,) = scaling_leaderboard.scaling_boards(recs)
     assert board.ns == NS and board.title.startswith("scaling/syn · fwd/bidir · fp32 · cpu (Test CPU)")
     sm, lin = board.rows
     assert sm.label == "softmax" and lin.label == "linear"      # the baseline first
@@ -141,7 +141,7 @@ def test_plots_written_and_non_empty(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    paths = scaling_view.plot_scaling(tbl.Source("x", recs), tmp_path / "plots")
+    paths = scaling_leaderboard.plot_scaling(tbl.Source("x", recs), tmp_path / "plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
@@ -224,7 +224,7 @@ def test_view_comes_from_the_suite_registry_and_the_core_names_no_suite():
 
     from attnbench import store
 
-    assert tbl.view_of("scaling").plot is scaling_view.plot_scaling
+    assert tbl.view_of("scaling").plot is scaling_leaderboard.plot_scaling
     assert registry.get_suite("scaling").ingest is not None
     assert tbl.view_of("demo") is tbl.GENERIC                       # records of an unregistered suite
     for module in (tbl, store):
@@ -254,7 +254,7 @@ def test_memory_tables_name_their_figure_and_show_below_resolution(tmp_db):
     assert "| linear | 100 KiB · 1× |" in md
     # RSS below its resolution at the smallest N: "< res.", explained, never "0 B"
     assert "| linear | < res. |" in md and "not a zero" in md and "0 B" not in md
-    (board,) = scaling_view.scaling_boards(recs)
+    (board,) = scaling_leaderboard.scaling_boards(recs)
     assert board.rows[1].rss_exp == pytest.approx(1.0)   # fitted over the points that have the figure
 
 
@@ -268,7 +268,7 @@ def test_records_from_before_the_tensor_figure_show_as_rss(tmp_db):
         recs = s.measurements()
     md = tbl.export(recs, "markdown")
     assert "process RSS" in md and "tensor bytes" not in md and "10 KiB" in md
-    paths = scaling_view.plot_scaling(tbl.Source("x", recs), tmp_db.parent / "old-plots")
+    paths = scaling_leaderboard.plot_scaling(tbl.Source("x", recs), tmp_db.parent / "old-plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
 
 
@@ -276,9 +276,9 @@ def test_plot_legend_is_outside_the_axes_and_covers_no_point(tmp_db):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    (board,) = scaling_view.scaling_boards(recs)
+    (board,) = scaling_leaderboard.scaling_boards(recs)
     for what in ("time", "memory"):
-        fig = scaling_view.scaling_figure(board, what)
+        fig = scaling_leaderboard.scaling_figure(board, what)
         fig.canvas.draw()
         (ax,) = fig.axes
         legend = ax.get_legend().get_window_extent()

@@ -7,7 +7,7 @@ import (no torch): every ``attnbench`` invocation discovers all suites. The part
 - ``runner``: :func:`plan_scaling` (a preset plus overrides -> the points) and :func:`run_scaling` (measure the
   points into a :class:`attnbench.store.Store`);
 - ``config``: presets, TOML data in ``presets/`` (:func:`load_preset`);
-- ``view``: leaderboards and plots (``attnbench table/plot scaling``);
+- ``leaderboard``: leaderboards and plots (``attnbench table/plot scaling``);
 - ``ingest``: pytest-benchmark JSON files (``attnbench ingest``).
 
 The names below (``plan_scaling``, ``load_preset``, ...) are re-exported lazily from those modules.
@@ -46,7 +46,7 @@ class _LazyView:
     """The suite's :class:`attnbench.tables.View`, imported on first use (``table``/``plot``/``export``)."""
 
     def _view(self):
-        from .view import VIEW
+        from .leaderboard import VIEW
 
         return VIEW
 

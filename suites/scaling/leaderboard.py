@@ -1,4 +1,4 @@
-"""The scaling suite's view (``attnbench table/plot scaling``, ``export --format markdown``): leaderboards and
+"""The scaling leaderboard (``attnbench table/plot scaling``, ``export --format markdown``): leaderboards and
 log-log plots over the store's records (and the committed reference results).
 
 Per (setting, task, dtype, device) — a *board* — it gives: time at each N (median ± IQR, ratio to softmax at the
