@@ -40,13 +40,25 @@ def _fmt(v, metric: str) -> str:
     return f"{100 * v:.1f}"  # accuracies in %
 
 
+def _mean_of(rs: list[Measurement], metric: str, digits: int) -> str:
+    vals = [r.metrics[metric] for r in rs if r.status == "ok" and isinstance(r.metrics.get(metric), (int, float))]
+    return f"{sum(vals) / len(vals):.{digits}f}" if vals else "-"
+
+
 def measured_tables(records: Iterable[Measurement], source_label: str):
+    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
+
     groups: dict[tuple, dict[str, list[Measurement]]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
     out = []
     for (setting, device), by_task in sorted(groups.items()):
-        trained = by_task.get("pretrain", [])
+        # a row is a variant over its seeds (attnbench.tables.seed_rows): test perplexity and bits/byte are means
+        # over seeds, the other columns its latest seed's
+        over_seeds = {k[4]: rs for k, rs in seed_rows(by_task.get("pretrain", []),
+                                                      key=lambda r: r.attention).items()}
+        trained = [next((m for m in reversed(rs) if m.status == "ok"), rs[-1]) for rs in over_seeds.values()]
+        stats = {a: aggregate(rs, "test_ppl", proportion=False) for a, rs in over_seeds.items()}
         evals = {r.attention: r for r in by_task.get("lm-eval", []) if r.status == "ok"}
         labels = [r.attention for r in trained] + sorted(set(evals) - {r.attention for r in trained})
         scores = {a: (evals[a].metrics.get("lm_eval") or {}) for a in evals}
@@ -64,8 +76,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
             m = r.metrics if r is not None else {}
             row = [label, f"{m['n_params'] / 1e6:.2f} M" if m.get("n_params") else "-",
                    f"{m['state_per_layer'] / 1e3:.1f} k" if m.get("state_per_layer") else "-",
-                   f"{m['test_ppl']:.2f}" if m.get("test_ppl") else "-",
-                   f"{m['test_bits_per_byte']:.3f}" if m.get("test_bits_per_byte") else "-",
+                   fmt_seeds(stats.get(label)) if stats.get(label) is not None else "-",
+                   _mean_of(over_seeds.get(label, []), "test_bits_per_byte", 3),
                    f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
                    f"{m['train_tokens_per_s']:.0f}{timing_mark(r)}" if m.get("train_tokens_per_s") else "-",
                    f"{m['wall_s']:.0f} s" if m.get("wall_s") else "-"]
@@ -90,7 +102,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                + (f"lm-eval {ev.metrics.get('lm_eval_version', '?')} scores (zero-shot; accuracies in %) of each "
                   f"checkpoint, local tasks over the same held-out documents. " if ev else "No lm-eval records yet "
                   "(attnbench eval lm CHECKPOINT). ")
-               + f"Throughput from whatever machine ran the cells. Commit {', '.join(commits)}.")
+               + f"Test ppl and bits/byte: means over seeds; the other columns: the latest seed's cell. Throughput "
+               f"from whatever machine ran the cells. Commit {', '.join(commits)}."
+               + seed_note(stats.values(), proportion=False))
         title = f"lm — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
         if first is None:
             cap = unfinished_caption(source_label, [r for rs in by_task.values() for r in rs])
