@@ -329,7 +329,8 @@ def _numeric_columns(header: list[str], rows: list[list[object]]) -> list[bool]:
     out = []
     for i in range(len(header)):
         cells = [str(r[i]).strip() for r in rows if i < len(r) and str(r[i]).strip() not in ("", "-", "·")]
-        out.append(i > 0 and bool(cells) and sum(bool(_NUMBER.match(c)) for c in cells) * 2 >= len(cells))
+        prose = header[i].startswith(tables.TEXT_COLUMNS)
+        out.append(i > 0 and not prose and bool(cells) and sum(bool(_NUMBER.match(c)) for c in cells) * 2 >= len(cells))
     return out
 
 

@@ -100,15 +100,6 @@ def test_report_page_in_chromium(page_file, browser, tmp_path):
     for field in ("machine", "commit", "packages"):
         assert field in prov
 
-    # sorting: a click on a numeric column's header orders its cells (then reverses them)
-    table = page.locator("table.board-table").filter(has=page.locator("th.num")).first
-    col = table.locator("thead th").evaluate_all("ths => ths.findIndex(t => t.classList.contains('num'))")
-    table.locator("thead th").nth(col).locator("button").click()
-    cells = table.locator(f"tbody tr td:nth-child({col + 1})").all_inner_texts()
-    keys = [float(m.group()) for c in cells for m in [re.search(r"-?\d+(\.\d+)?", c.replace(",", ""))] if m]
-    assert len(keys) >= 2 and keys == sorted(keys) and problems == []
-    assert table.locator("thead th").nth(col).get_attribute("aria-sort") == "ascending"
-
     shot = tmp_path / "report-screenshot.png"
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
@@ -116,6 +107,21 @@ def test_report_page_in_chromium(page_file, browser, tmp_path):
     if keep:
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, keep)
+
+    # sorting: a click on the header of a column of numbers orders its rows by value (units understood)
+    table = page.locator("table.board-table").filter(has=page.locator("th.num")).first
+    heads = table.locator("thead th")
+    col = heads.evaluate_all("ths => ths.findIndex(t => t.classList.contains('num'))")
+    heads.nth(col).locator("button").click()
+    cells = table.locator(f"tbody tr td:nth-child({col + 1})").all_inner_texts()
+    keys = [float(m.group()) for c in cells for m in [re.match(r"-?\d+(\.\d+)?", c.replace(",", ""))] if m]
+    assert len(keys) >= 2 and keys == sorted(keys), cells
+    assert heads.nth(col).get_attribute("aria-sort") == "ascending"
+    heads.nth(col).locator("button").click()
+    assert heads.nth(col).get_attribute("aria-sort") == "descending"
+    cells = table.locator(f"tbody tr td:nth-child({col + 1})").all_inner_texts()
+    keys = [float(m.group()) for c in cells for m in [re.match(r"-?\d+(\.\d+)?", c.replace(",", ""))] if m]
+    assert keys == sorted(keys, reverse=True) and problems == []
     page.close()
 
 
@@ -128,6 +134,19 @@ def test_report_page_narrow_screen(page_file, browser, tmp_path):
     # a wide table is wider than the screen, but inside a scroll box
     assert page.evaluate("Array.from(document.querySelectorAll('table')).some(t => t.scrollWidth > 375)")
     page.screenshot(path=str(tmp_path / "report-narrow.png"))
+    page.close()
+
+
+def test_report_page_printed(page_file, browser, tmp_path):
+    """Printed on A4 (the page's print styles), every table fits the paper's width: none is cut off."""
+    page, problems, _ = _open(browser, page_file, 718)   # A4 at 96 dpi less 1 cm margins
+    page.emulate_media(media="print")
+    too_wide = page.evaluate("Array.from(document.querySelectorAll('table')).filter(t => t.scrollWidth > "
+                             "t.closest('.board').clientWidth).map(t => t.closest('.board').id)")
+    assert too_wide == [] and problems == []
+    page.pdf(path=str(tmp_path / "report.pdf"), format="A4",
+             margin={"top": "1cm", "bottom": "1cm", "left": "1cm", "right": "1cm"})
+    assert (tmp_path / "report.pdf").stat().st_size > 10_000
     page.close()
 
 
