@@ -94,7 +94,7 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def parts(env):
     from attnbench.suites.adala.config import load_preset
-    from attnbench.suites.vision import data
+    from attnbench.image import data
     from attnbench.suites.vision.teacher import get_teacher
 
     pre = load_preset(env["dir"] / "adala.toml")

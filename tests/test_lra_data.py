@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from attnbench.errors import DataError, DataMissingError
 from attnbench.protocol import UnknownNameError
 from attnbench.suites.lra import data as D
 from attnbench.suites.lra import generate as G
@@ -90,7 +91,7 @@ def test_listops_reads_release_layout_and_tokenises_as_lra(tmp_path):
 def test_listops_malformed_names_file_and_line(tmp_path, rows, line, words):
     path = tmp_path / "listops-1000" / "basic_train.tsv"
     write_listops(path, rows)
-    with pytest.raises(D.LRADataError) as e:
+    with pytest.raises(DataError) as e:
         D.load_listops(tmp_path, "train")
     msg = str(e.value)
     assert "basic_train.tsv" in msg and f"line {line}" in msg and words in msg, msg
@@ -100,12 +101,12 @@ def test_listops_malformed_names_file_and_line(tmp_path, rows, line, words):
 def test_listops_bad_header(tmp_path):
     path = tmp_path / "listops-1000" / "basic_test.tsv"
     write_listops(path, [["( ( [MAX 2 ) 9 ) ] )", 9]], header=("Src", "Tgt"))
-    with pytest.raises(D.LRADataError, match=r"basic_test.tsv, line 1: expected the header"):
+    with pytest.raises(DataError, match=r"basic_test.tsv, line 1: expected the header"):
         D.load_listops(tmp_path, "test")
 
 
 def test_missing_listops_explains_release_and_generator(tmp_path):
-    with pytest.raises(D.LRADataMissingError) as e:
+    with pytest.raises(DataMissingError) as e:
         D.load_listops(tmp_path / "nowhere", "train")
     msg = str(e.value)
     assert "lra_release" in msg and "attnbench data listops --out" in msg and "listops-1000" in msg
@@ -143,7 +144,7 @@ def test_text_bytes_plus_one_and_val_is_imdb_test(tmp_path):
 
 
 def test_missing_text_explains_imdb(tmp_path):
-    with pytest.raises(D.LRADataMissingError, match="aclImdb"):
+    with pytest.raises(DataMissingError, match="aclImdb"):
         D.load_text(tmp_path, "train")
 
 
@@ -173,14 +174,14 @@ def test_retrieval_pairs_headerless_float_labels(tmp_path):
 def test_retrieval_malformed_names_file_and_line(tmp_path, bad, words):
     path = tmp_path / "tsv_data" / "new_aan_pairs.train.tsv"
     write_lines(path, ["0\tP1\tP2\ta\tb", "1\tP1\tP2\ta\tb", bad])
-    with pytest.raises(D.LRADataError) as e:
+    with pytest.raises(DataError) as e:
         D.load_retrieval(tmp_path, "train")
     msg = str(e.value)
     assert "new_aan_pairs.train.tsv, line 3" in msg and words in msg, msg
 
 
 def test_missing_retrieval_explains_release(tmp_path):
-    with pytest.raises(D.LRADataMissingError, match=r"tsv_data/new_aan_pairs"):
+    with pytest.raises(DataMissingError, match=r"tsv_data/new_aan_pairs"):
         D.load_retrieval(tmp_path, "test")
 
 
@@ -229,12 +230,12 @@ def test_image_malformed_pickle_names_file(tmp_path):
     write_cifar(tmp_path)
     with open(tmp_path / "cifar-10-batches-py" / "data_batch_2", "wb") as f:
         pickle.dump({b"labels": [1, 2], b"data": np.zeros((2, 100), np.uint8)}, f)
-    with pytest.raises(D.LRADataError, match=r"data_batch_2: 'data' must be uint8 \[n, 3072\]"):
+    with pytest.raises(DataError, match=r"data_batch_2: not a CIFAR-10 python pickle \('data' must be uint8 \[n, 3072\]"):
         D.load_image(tmp_path, "train")
 
 
 def test_missing_image_explains_cifar(tmp_path):
-    with pytest.raises(D.LRADataMissingError, match="cifar-10-batches-py"):
+    with pytest.raises(DataMissingError, match="cifar-10-batches-py"):
         D.load_image(tmp_path, "test")
 
 
@@ -309,14 +310,14 @@ def test_pathfinder_reader_skips_unreadable_png_and_reads_real_npy(tmp_path):
 def test_pathfinder_metadata_malformed_names_file_and_line(tmp_path, line, words):
     task = write_pathfinder_release(tmp_path, n=4)
     write_lines(task / "metadata" / "7.npy", ["imgs/0 sample_0.png 0 0 1.0 6", line])
-    with pytest.raises(D.LRADataError) as e:
+    with pytest.raises(DataError) as e:
         D.load_pathfinder(tmp_path, "train", difficulty="easy")
     msg = str(e.value)
     assert "7.npy, line 2" in msg and words in msg, msg
 
 
 def test_missing_pathfinder_explains_release_and_generator(tmp_path):
-    with pytest.raises(D.LRADataMissingError) as e:
+    with pytest.raises(DataMissingError) as e:
         D.load_pathfinder(tmp_path, "train")
     msg = str(e.value)
     assert "pathfinder32/curv_contour_length_14" in msg and "attnbench data pathfinder --out" in msg

@@ -83,10 +83,11 @@ def test_lra_smoke_skyformer_reads_release_files_at_the_published_length():
 
 
 def test_lra_smoke_fails_in_one_line_when_a_reader_breaks(monkeypatch):
+    from attnbench.errors import DataError
     from attnbench.suites.lra import data
 
     def broken(root, split, **kw):
-        raise data.LRADataError("planted: reader broken", path=root)
+        raise DataError("planted: reader broken", path=root)
 
     monkeypatch.setitem(data._LOADERS, "text", broken)
     failed_in_one_line(invoke("run", "lra", "--smoke", "--tasks", "text", "--attn", "linear"), "planted")

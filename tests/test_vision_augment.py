@@ -13,7 +13,7 @@ from PIL import Image, ImageOps
 
 from attnbench.suites.adala.config import load_preset as load_adala, preset_names as adala_presets
 from attnbench.suites.mixa.config import load_preset as load_mixa, preset_names as mixa_presets
-from attnbench.suites.vision import data as vd
+from attnbench.image import data as vd
 from attnbench.suites.vision.config import load_preset, preset_names
 
 

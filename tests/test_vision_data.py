@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.errors import UnknownNameError
-from attnbench.suites.vision import data as vd
+from attnbench.errors import DataError, DataMissingError, UnknownNameError
+from attnbench.image import data as vd
 
 # ------------------------------------------------------------------------------------------------ digits
 
@@ -154,7 +154,7 @@ def test_cifar_malformed_pickle_names_the_file(tmp_path, which, damage):
         target.write_bytes(b"this is not a pickle at all")
     else:  # a pickle that would run code: refused, not executed
         target.write_bytes(pickle.dumps({b"data": __import__("os").getcwd}))
-    with pytest.raises(vd.VisionDataError) as exc:
+    with pytest.raises(DataError) as exc:
         vd.load_cifar(tmp_path, which, 32, val_size=2)
     msg = _one_line(exc)
     assert msg.startswith(str(target)) and f"CIFAR-{which}" in msg
@@ -169,7 +169,7 @@ def test_cifar_missing_file_and_folder(tmp_path, which):
         vd.load_cifar(tmp_path, which, 32, val_size=2)
     msg = _one_line(exc)
     assert str(gone) in msg and ("data_batch_1..5" in msg if which == 10 else "{train,test,meta}" in msg)
-    with pytest.raises(vd.VisionDataMissingError) as exc:
+    with pytest.raises(DataMissingError) as exc:
         vd.load_cifar(tmp_path / "nowhere", which, 32)
     msg = _one_line(exc)
     assert str(tmp_path / "nowhere") in msg and d.name in msg
@@ -178,7 +178,7 @@ def test_cifar_missing_file_and_folder(tmp_path, which):
 def test_cifar_bad_label_names_the_file(tmp_path):
     d = write_cifar10(tmp_path)
     _dump(d / "data_batch_2", {b"data": np.zeros((4, 3072), np.uint8), b"labels": [0, 1, 10, 2]})
-    with pytest.raises(vd.VisionDataError, match=re.escape(str(d / "data_batch_2")) + ".*outside 0..9"):
+    with pytest.raises(DataError, match=re.escape(str(d / "data_batch_2")) + ".*outside 0..9"):
         vd.load_cifar(tmp_path, 10, 32, val_size=2)
 
 
@@ -232,7 +232,7 @@ def test_imagefolder_class_filter_by_file_and_count(tmp_path):
     assert first.class_names == WNIDS[:2] and "first 2 classes" in first.origin
     assert vd.build_splits("imagenet", root=tmp_path / "data", classes=["n01443537"], image_size=32,
                            val_per_class=1).class_names == ["n01443537"]
-    with pytest.raises(vd.VisionDataError, match="classes=4 but there are 3 class folders"):
+    with pytest.raises(DataError, match="classes=4 but there are 3 class folders"):
         vd.load_imagefolder(tmp_path / "data", 4, 32)
 
 
@@ -240,18 +240,18 @@ def test_imagefolder_unknown_wnid_names_file_and_line(tmp_path):
     write_imagefolder(tmp_path / "data")
     lst = tmp_path / "subset.txt"
     lst.write_text("# header\nn01440764\nn01443538\n")
-    with pytest.raises(vd.VisionDataError) as exc:
+    with pytest.raises(DataError) as exc:
         vd.load_imagefolder(tmp_path / "data", lst, 32, val_per_class=1)
     msg = _one_line(exc)
     assert msg.startswith(f"{lst}, line 3: ") and "'n01443538'" in msg and "n01443537" in msg  # did-you-mean
     lst.write_text("n01440764\nn01440764\n")
-    with pytest.raises(vd.VisionDataError, match=re.escape(f"{lst}, line 2: ") + ".*twice"):
+    with pytest.raises(DataError, match=re.escape(f"{lst}, line 2: ") + ".*twice"):
         vd.load_imagefolder(tmp_path / "data", lst, 32, val_per_class=1)
 
 
 def test_imagefolder_layout_errors(tmp_path):
     root = write_imagefolder(tmp_path / "data")
-    with pytest.raises(vd.VisionDataMissingError) as exc:
+    with pytest.raises(DataMissingError) as exc:
         vd.load_imagefolder(tmp_path / "absent", None, 32)
     assert "absent" in _one_line(exc) and "train/<wnid>" in str(exc.value)
 
@@ -263,7 +263,7 @@ def test_imagefolder_layout_errors(tmp_path):
     assert str(root / "val" / WNIDS[1]) in _one_line(exc)
 
     shutil.rmtree(root / "val")
-    with pytest.raises(vd.VisionDataMissingError) as exc:  # the split folder itself
+    with pytest.raises(DataMissingError) as exc:  # the split folder itself
         vd.load_imagefolder(root, None, 32, val_per_class=1)
     msg = _one_line(exc)
     assert msg.startswith(str(root / "val")) and "val/<wnid>/*.JPEG" in msg
@@ -271,7 +271,7 @@ def test_imagefolder_layout_errors(tmp_path):
     (root / "val").mkdir()  # ImageNet's raw val: images without class folders
     (root / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes((root / "train" / WNIDS[0] /
                                                                  f"{WNIDS[0]}_0.JPEG").read_bytes())
-    with pytest.raises(vd.VisionDataError, match="not in class folders"):
+    with pytest.raises(DataError, match="not in class folders"):
         vd.load_imagefolder(root, None, 32, val_per_class=1)
 
 
@@ -279,7 +279,7 @@ def test_imagefolder_empty_class_and_unreadable_image(tmp_path):
     root = write_imagefolder(tmp_path / "data")
     for f in (root / "train" / WNIDS[2]).iterdir():
         f.unlink()
-    with pytest.raises(vd.VisionDataError) as exc:
+    with pytest.raises(DataError) as exc:
         vd.load_imagefolder(root, None, 32, val_per_class=1)
     assert _one_line(exc).startswith(str(root / "train" / WNIDS[2])) and "no image files" in str(exc.value)
 
@@ -294,7 +294,7 @@ def test_imagefolder_empty_class_and_unreadable_image(tmp_path):
 
 def test_imagefolder_too_few_images_for_val(tmp_path):
     root = write_imagefolder(tmp_path / "data")
-    with pytest.raises(vd.VisionDataError, match="too few to carve val_per_class=4"):
+    with pytest.raises(DataError, match="too few to carve val_per_class=4"):
         vd.load_imagefolder(root, None, 32, val_per_class=4)
 
 
@@ -309,7 +309,7 @@ def test_shipped_imagenet100_list():
     assert wnids[:3] == ["n02869837", "n01749939", "n02488291"] and wnids[-1] == "n02090622"
     from importlib.resources import files
 
-    assert (files("attnbench.suites") / "vision" / "classlists" / "imagenet100.txt").is_file()
+    assert (files("attnbench.image") / "classlists" / "imagenet100.txt").is_file()
 
 
 def test_build_splits_dispatch_and_errors(tmp_path):
@@ -317,7 +317,7 @@ def test_build_splits_dispatch_and_errors(tmp_path):
     assert s.kind == "digits" and s.image_size == 16 and s.train[0][0].shape == (3, 16, 16)
     with pytest.raises(UnknownNameError, match="did you mean 'cifar10'"):
         vd.build_splits("cifar1O")
-    with pytest.raises(vd.VisionDataMissingError, match="cifar-100-python"):
+    with pytest.raises(DataMissingError, match="cifar-100-python"):
         vd.build_splits("cifar100")
     with pytest.raises(ValueError, match="imagenet only"):
         vd.build_splits("digits", classes=10)

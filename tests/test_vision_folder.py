@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from attnbench.cli import app
 
 from attnbench.store import Store
-from attnbench.suites.vision import data as vd
+from attnbench.image import data as vd
 from attnbench.suites.vision.config import load_preset, with_folder
 
 ENV = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -135,7 +135,7 @@ def test_two_gloo_processes_match_one(tmp_path):
 
 
 def test_data_loader_workers_give_the_same_batches_as_the_main_process():
-    from attnbench.suites.vision import data as vision_data
+    from attnbench.image import data as vision_data
     from attnbench.suites.vision.train import StepBatches
     from attnbench.train import TrainOrder
 

@@ -1,4 +1,4 @@
-"""Data of the vision suite: real readers of the real formats (no download anywhere), three sources.
+"""Image classification data: real readers of the real formats (no download anywhere), three sources.
 
 Every loader returns an :class:`ImageSplits`: ``train`` / ``val`` / ``test`` torch datasets whose items are
 ``(image FloatTensor [3, S, S], label int)`` (so a ``DataLoader`` batches them with the default collate),
@@ -15,7 +15,7 @@ Sources (``build_splits(kind, ...)`` dispatches on ``kind``):
   and crop ``S x S`` at a random offset. Nothing else: on 8x8 sources flips and colour changes are wrong.
 - ``cifar10`` / ``cifar100``: the python release read straight from its pickles
   (``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``,
-  ``cifar-100-python/{train,test,meta}``), with a restricted unpickler (numpy arrays only, nothing executable).
+  ``cifar-100-python/{train,test,meta}``) by :mod:`attnbench.formats` (its safe unpickler: data, never code).
   ``test`` = the test file; ``val`` = ``val_size`` (5000) training images chosen by a permutation fixed by
   ``seed``; ``train`` = the rest. Labels: CIFAR-100's fine labels.
 - ``imagenet``: torchvision's ``ImageFolder`` reader on ``ROOT/train/<wnid>/*`` and ``ROOT/val/<wnid>/*``,
@@ -44,8 +44,8 @@ Transforms (from timm):
 Normalisation: ImageNet's mean / std for ImageNet, each CIFAR's own channel statistics for CIFAR.
 
 Errors are one line and name the path (and, for a class list, the line) and the expected layout:
-:class:`VisionDataMissingError` (a ``FileNotFoundError``) for a missing folder or file,
-:class:`VisionDataError` for a malformed one. An unreadable image is an error naming the file when it is
+:class:`~attnbench.errors.DataMissingError` (a ``FileNotFoundError``) for a missing folder or file,
+:class:`~attnbench.errors.DataError` for a malformed one. An unreadable image is an error naming the file when it is
 read (no skipping: a silently skipped image changes what is measured); ImageFolder's reader is lazy, so this
 surfaces during the epoch that first reads it, not at construction.
 """
@@ -56,7 +56,6 @@ import difflib
 import hashlib
 import json
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
@@ -64,7 +63,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from attnbench.errors import AttnbenchError, UnknownNameError
+from attnbench.errors import DataError, DataMissingError, UnknownNameError
+from attnbench.formats import read_cifar_batch, read_cifar_meta
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -85,28 +85,6 @@ CIFAR_STATS = {10: ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 DEIT_AUTO_AUGMENT = "rand-m9-mstd0.5-inc1"
 DEIT_RE_PROB = 0.25
 DEIT_EVAL_CROP_PCT = 0.875
-
-
-# --------------------------------------------------------------------------------------------------- errors
-
-
-class VisionDataError(AttnbenchError):
-    """A data file or folder that does not match its format. The message names it (and the line, for lists)."""
-
-    def __init__(self, message: str, *, path: Optional[PathLike] = None, line: Optional[int] = None):
-        where = ""
-        if path is not None:
-            where = f"{path}" + (f", line {line}" if line is not None else "") + ": "
-        super().__init__(where + message)
-        self.path = None if path is None else Path(path)
-        self.line = line
-
-
-class VisionDataMissingError(VisionDataError, FileNotFoundError):
-    """A data folder or file that is not there; the message names it and the layout expected."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 # ---------------------------------------------------------------------------------------------- the result
@@ -373,81 +351,6 @@ class ArrayImageDataset(torch.utils.data.Dataset):
         return self.transform(Image.fromarray(self.images[j])), int(self.labels[j])
 
 
-#: The globals a CIFAR python pickle may name (numpy arrays, Python 2 byte strings); nothing else is loaded.
-_PICKLE_ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                   ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-                   ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
-
-
-class _DataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _PICKLE_ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-
-
-def _load_pickle(path: Path, what: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            obj = _DataUnpickler(f, encoding="bytes").load()
-    except EOFError:
-        raise VisionDataError(f"not a {what} python pickle (truncated: ended early)", path=path) from None
-    except Exception as e:  # noqa: BLE001  (any failure of the unpickler means: not this format)
-        msg = str(e).splitlines()[0] if str(e) else ""
-        raise VisionDataError(f"not a {what} python pickle ({type(e).__name__}: {msg})", path=path) from None
-    if not isinstance(obj, dict):
-        raise VisionDataError(f"not a {what} python pickle (expected a dict, found {type(obj).__name__})", path=path)
-    return {(k.decode("latin1") if isinstance(k, bytes) else str(k)): v for k, v in obj.items()}
-
-
-def _require(d: dict, keys: Sequence[str], path: Path, what: str) -> None:
-    missing = [k for k in keys if k not in d]
-    if missing:
-        raise VisionDataError(f"not a {what} python pickle (missing key(s) {missing}; has {sorted(d)[:8]})",
-                              path=path)
-
-
-def read_cifar_file(path: PathLike, *, which: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR python pickle (a CIFAR-10 batch, CIFAR-100 train / test) -> (``uint8 [n, 32, 32, 3]``, ``int64 [n]``)."""
-    path = Path(path)
-    what = f"CIFAR-{which}"
-    label_key = "labels" if which == 10 else "fine_labels"
-    d = _load_pickle(path, what)
-    _require(d, ["data", label_key], path, what)
-    data = d["data"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        found = f"{data.dtype} {list(data.shape)}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise VisionDataError(f"not a {what} python pickle ('data' must be uint8 [n, 3072], found {found})",
-                              path=path)
-    try:
-        labels = np.asarray(d[label_key], dtype=np.int64)
-    except (TypeError, ValueError) as e:
-        raise VisionDataError(f"not a {what} python pickle ('{label_key}' is not a list of ints: {e})",
-                              path=path) from None
-    if labels.shape != (len(data),):
-        raise VisionDataError(f"not a {what} python pickle ({labels.size} '{label_key}' for {len(data)} images)",
-                              path=path)
-    bad = np.flatnonzero((labels < 0) | (labels >= which))
-    if bad.size:
-        raise VisionDataError(f"label {labels[bad[0]]} of image {bad[0]} is outside 0..{which - 1}", path=path)
-    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # [n, 32, 32, 3] (planes R, G, B, row-major)
-    return np.ascontiguousarray(images), labels
-
-
-def read_cifar_meta(path: PathLike, *, which: int = 10) -> list[str]:
-    """``batches.meta`` (CIFAR-10) or ``meta`` (CIFAR-100) -> the class names, in label order."""
-    path = Path(path)
-    what = f"CIFAR-{which}"
-    key = "label_names" if which == 10 else "fine_label_names"
-    d = _load_pickle(path, what)
-    _require(d, [key], path, what)
-    names = d[key]
-    if not isinstance(names, (list, tuple)) or len(names) != which:
-        n = len(names) if isinstance(names, (list, tuple)) else type(names).__name__
-        raise VisionDataError(f"not a {what} meta pickle ('{key}' must list {which} names, found {n})", path=path)
-    return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names]
-
-
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 CIFAR_LAYOUT = {
     10: ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta",
@@ -465,7 +368,7 @@ def _cifar_dir(root: PathLike, which: int) -> Path:
     d = root / dirname
     if not d.is_dir():
         where = f"{root} does not exist" if not root.exists() else f"{d} is missing"
-        raise VisionDataMissingError(f"CIFAR-{which} not found: {where}; expected ROOT/{layout} from {CIFAR_URL}",
+        raise DataMissingError(f"CIFAR-{which} not found: {where}; expected ROOT/{layout} from {CIFAR_URL}",
                                      path=None)
     return d
 
@@ -487,12 +390,12 @@ def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: i
     dirname, train_files, test_files, meta_file, layout = CIFAR_LAYOUT[which]
     for name in [*train_files, *test_files, meta_file]:
         if not (d / name).is_file():
-            raise VisionDataMissingError(f"{d / name}: missing; expected ROOT/{layout} from {CIFAR_URL}")
+            raise DataMissingError(f"{d / name}: missing; expected ROOT/{layout} from {CIFAR_URL}")
     class_names = read_cifar_meta(d / meta_file, which=which)
-    parts = [read_cifar_file(d / n, which=which) for n in train_files]
+    parts = [read_cifar_batch(d / n, which=which) for n in train_files]
     train_x = np.concatenate([p[0] for p in parts])  # [N, 32, 32, 3]
     train_y = np.concatenate([p[1] for p in parts])  # [N]
-    tests = [read_cifar_file(d / n, which=which) for n in test_files]
+    tests = [read_cifar_batch(d / n, which=which) for n in test_files]
     test_x = np.concatenate([p[0] for p in tests])
     test_y = np.concatenate([p[1] for p in tests])
     if not 0 <= val_size < len(train_y):
@@ -534,7 +437,7 @@ def read_class_list(path: PathLike) -> list[tuple[str, int]]:
     """A class-list file -> ``[(wnid, line number)]``: one name a line, blank lines and ``#`` comments ignored."""
     path = Path(path)
     if not path.is_file():
-        raise VisionDataMissingError(f"{path}: class-list file not found (expected one class folder name a line)")
+        raise DataMissingError(f"{path}: class-list file not found (expected one class folder name a line)")
     out: list[tuple[str, int]] = []
     seen: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
@@ -543,14 +446,14 @@ def read_class_list(path: PathLike) -> list[tuple[str, int]]:
             if not text:
                 continue
             if len(text.split()) != 1:
-                raise VisionDataError(f"expected one class name per line, found {text!r}", path=path, line=lineno)
+                raise DataError(f"expected one class name per line, found {text!r}", path=path, line=lineno)
             if text in seen:
-                raise VisionDataError(f"class {text!r} listed twice (first on line {seen[text]})", path=path,
+                raise DataError(f"class {text!r} listed twice (first on line {seen[text]})", path=path,
                                       line=lineno)
             seen[text] = lineno
             out.append((text, lineno))
     if not out:
-        raise VisionDataError("the class list names no class", path=path)
+        raise DataError("the class list names no class", path=path)
     return out
 
 
@@ -569,7 +472,7 @@ def _resolve_classes(classes: Union[None, int, str, PathLike, Sequence[str]], tr
     """The chosen wnids (sorted), a description for ``origin``, and where each came from (for errors)."""
     available = _list_class_dirs(train_dir)
     if not available:
-        raise VisionDataError(f"no class folders; expected {IMAGENET_LAYOUT}", path=train_dir)
+        raise DataError(f"no class folders; expected {IMAGENET_LAYOUT}", path=train_dir)
     if isinstance(classes, str) and classes.strip().isdigit():
         classes = int(classes)
     if classes is None:
@@ -579,7 +482,7 @@ def _resolve_classes(classes: Union[None, int, str, PathLike, Sequence[str]], tr
     if isinstance(classes, (int, np.integer)):
         n = int(classes)
         if not 1 <= n <= len(available):
-            raise VisionDataError(f"classes={n} but there are {len(available)} class folders (choose 1.."
+            raise DataError(f"classes={n} but there are {len(available)} class folders (choose 1.."
                                   f"{len(available)})", path=train_dir)
         return available[:n], f"the first {n} classes (sorted)", {}
     if isinstance(classes, (str, os.PathLike)):
@@ -590,7 +493,7 @@ def _resolve_classes(classes: Union[None, int, str, PathLike, Sequence[str]], tr
             if wnid not in avail:
                 close = difflib.get_close_matches(wnid, available, n=3)
                 hint = f" (closest: {', '.join(close)})" if close else ""
-                raise VisionDataError(f"class {wnid!r} is not a folder of {train_dir}{hint}", path=path,
+                raise DataError(f"class {wnid!r} is not a folder of {train_dir}{hint}", path=path,
                                       line=lineno)
         where = {w: f"{path}, line {ln}" for w, ln in entries}
         return sorted(w for w, _ in entries), f"{len(entries)} classes from {path.name}", where
@@ -606,11 +509,11 @@ def _resolve_classes(classes: Union[None, int, str, PathLike, Sequence[str]], tr
         if c not in avail:
             close = difflib.get_close_matches(c, available, n=3)
             hint = f" (closest: {', '.join(close)})" if close else ""
-            raise VisionDataError(f"class {c!r} is not a folder of {train_dir}{hint}", path=train_dir)
+            raise DataError(f"class {c!r} is not a folder of {train_dir}{hint}", path=train_dir)
     return sorted(names), f"{len(names)} listed classes", {}
 
 
-class _ImageReadError(VisionDataError, OSError):
+class _ImageReadError(DataError, OSError):
     pass
 
 
@@ -667,9 +570,9 @@ def _subset_image_folder(split_dir: Path, wnids: list[str], where: dict[str, str
         cdir = split_dir / w
         src = f" (listed in {where[w]})" if w in where else ""
         if not cdir.is_dir():
-            raise VisionDataMissingError(f"{cdir}: class folder missing{src}; expected {IMAGENET_LAYOUT}")
+            raise DataMissingError(f"{cdir}: class folder missing{src}; expected {IMAGENET_LAYOUT}")
         if not _image_files(cdir):
-            raise VisionDataError(f"class folder holds no image files (.jpg/.jpeg/.png/...){src}", path=cdir)
+            raise DataError(f"class folder holds no image files (.jpg/.jpeg/.png/...){src}", path=cdir)
     return _subset_image_folder_class()(str(split_dir), wnids, loader=checked_loader, allow_empty=False)
 
 
@@ -710,13 +613,13 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
     _check_augment(augment, AUGMENTS)
     root = Path(root)
     if not root.is_dir():
-        raise VisionDataMissingError(f"ImageNet root {root} does not exist; expected {IMAGENET_LAYOUT}")
+        raise DataMissingError(f"ImageNet root {root} does not exist; expected {IMAGENET_LAYOUT}")
     train_dir, val_dir = root / "train", root / "val"
     for sd in (train_dir, val_dir):
         if not sd.is_dir():
-            raise VisionDataMissingError(f"{sd}: split folder missing; expected {IMAGENET_LAYOUT}")
+            raise DataMissingError(f"{sd}: split folder missing; expected {IMAGENET_LAYOUT}")
     if not _list_class_dirs(val_dir) and _image_files(val_dir):
-        raise VisionDataError(f"images lie directly in the folder, not in class folders; expected "
+        raise DataError(f"images lie directly in the folder, not in class folders; expected "
                               f"{IMAGENET_LAYOUT} (sort the validation images into val/<wnid>/ first)",
                               path=val_dir)
     wnids, described, where = _resolve_classes(classes, train_dir)
@@ -731,7 +634,7 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
     for c, w in enumerate(wnids):
         members = np.flatnonzero(targets == c)
         if val_per_class >= len(members):
-            raise VisionDataError(f"{len(members)} images, too few to carve val_per_class={val_per_class} for "
+            raise DataError(f"{len(members)} images, too few to carve val_per_class={val_per_class} for "
                                   f"validation and keep one for training", path=train_dir / w)
         val_parts.append(rng.permutation(members)[:val_per_class])
     val_idx = np.sort(np.concatenate(val_parts)) if val_parts else np.zeros(0, np.int64)
@@ -770,11 +673,11 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
 def detect_folder(root: PathLike) -> tuple[str, Path]:
     """``(kind, root)`` of a user's data folder: ``cifar10`` / ``cifar100`` (the python release, ``root`` or its
     parent) or ``imagenet`` (an ImageFolder: ``root/train/<class>/``, ``root/val/<class>/``). Anything else is a
-    :class:`VisionDataError` that says what the folder holds and what to do."""
+    :class:`DataError` that says what the folder holds and what to do."""
     root = Path(root)
     if not root.is_dir():
         what = "is a file" if root.exists() else "does not exist"
-        raise VisionDataMissingError(f"data folder {root} {what}; expected an ImageFolder ({IMAGENET_LAYOUT}) or "
+        raise DataMissingError(f"data folder {root} {what}; expected an ImageFolder ({IMAGENET_LAYOUT}) or "
                                      f"CIFAR's python release ({CIFAR_LAYOUT[10][4]})")
     for which in (10, 100):
         dirname = CIFAR_LAYOUT[which][0]
@@ -795,7 +698,7 @@ def detect_folder(root: PathLike) -> tuple[str, Path]:
                 f"(the val images are the test set)")
     else:
         todo = f"point --data-dir at a folder holding train/ and val/ (ImageFolder) or {CIFAR_LAYOUT[10][0]}/"
-    raise VisionDataError(f"not an image folder this suite reads: found {found}; expected {IMAGENET_LAYOUT} or "
+    raise DataError(f"not an image folder attnbench reads: found {found}; expected {IMAGENET_LAYOUT} or "
                           f"ROOT/{CIFAR_LAYOUT[10][4]}; {todo}", path=root)
 
 
@@ -820,7 +723,7 @@ def build_splits(kind: str, *, root: Optional[PathLike] = None, image_size: Opti
     if kind not in KINDS:
         close = difflib.get_close_matches(str(kind), KINDS, n=2)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownNameError(f"unknown vision data {kind!r} (known: {', '.join(KINDS)}){hint}")
+        raise UnknownNameError(f"unknown image data kind {kind!r} (known: {', '.join(KINDS)}){hint}")
     size = DEFAULT_IMAGE_SIZE[kind] if image_size is None else image_size
     if classes is not None and kind != "imagenet":
         raise ValueError(f"classes applies to imagenet only, not {kind!r}")
@@ -832,7 +735,7 @@ def build_splits(kind: str, *, root: Optional[PathLike] = None, image_size: Opti
         return load_digits_splits(size, seed, augment=augment, **options)
     if root is None:
         layout = CIFAR_LAYOUT[10 if kind == "cifar10" else 100][4] if kind != "imagenet" else IMAGENET_LAYOUT
-        raise VisionDataMissingError(f"{kind} needs a data folder (root); expected ROOT/{layout}"
+        raise DataMissingError(f"{kind} needs a data folder (root); expected ROOT/{layout}"
                                      if kind != "imagenet" else f"imagenet needs a data folder (root); expected "
                                      f"{layout}")
     if kind in ("cifar10", "cifar100"):

@@ -58,7 +58,7 @@ def load_teacher(ref: TeacherRef):
     """``(model, splits, preset)``: the teacher in eval mode and the digits splits it was trained on."""
     from attnbench.models.vit import load_pretrained
     from attnbench.spec import parse_spec
-    from attnbench.suites.vision import data as vision_data
+    from attnbench.image import data as vision_data
     from attnbench.suites.vision.config import load_preset
     from attnbench.suites.vision.train import build_model
 

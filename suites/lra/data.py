@@ -23,7 +23,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,9 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from attnbench.protocol import AttnbenchError, UnknownNameError
+from attnbench.errors import DataError, DataMissingError
+from attnbench.formats import read_cifar_batch as read_cifar_rgb
+from attnbench.protocol import UnknownNameError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -45,25 +46,6 @@ RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
 
 
 # --------------------------------------------------------------------------------------------------- errors
-
-
-class LRADataError(AttnbenchError):
-    """A data file that does not match its task's format. The message names the file and, for text, the line."""
-
-    def __init__(self, message: str, *, path: Optional[PathLike] = None, line: Optional[int] = None):
-        where = ""
-        if path is not None:
-            where = f"{path}" + (f", line {line}" if line is not None else "") + ": "
-        super().__init__(where + message)
-        self.path = None if path is None else Path(path)
-        self.line = line
-
-
-class LRADataMissingError(AttnbenchError, FileNotFoundError):
-    """The data directory (or a file in it) is not there; the message says where to put it or how to make it."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class LRADataWarning(UserWarning):
@@ -186,10 +168,10 @@ def _check_max_length(max_length: int) -> int:
 
 
 def _find(root: PathLike, candidates: Sequence[str], task: str, hint: str) -> Path:
-    """The first ``root/<prefix>/<candidate>`` that exists; otherwise a :class:`LRADataMissingError`."""
+    """The first ``root/<prefix>/<candidate>`` that exists; otherwise a :class:`DataMissingError`."""
     root = Path(root)
     if not root.is_dir():
-        raise LRADataMissingError(f"LRA {task} data not found: {str(root)!r} is not a directory\n{hint}")
+        raise DataMissingError(f"LRA {task} data not found: {str(root)!r} is not a directory\n{hint}")
     tried = []
     for prefix in RELEASE_PREFIXES:
         for cand in candidates:
@@ -197,7 +179,7 @@ def _find(root: PathLike, candidates: Sequence[str], task: str, hint: str) -> Pa
             if p.exists():
                 return p
             tried.append(str(p))
-    raise LRADataMissingError(
+    raise DataMissingError(
         f"LRA {task} data not found under {str(root)!r} (looked for {' or '.join(candidates)} in it and in its "
         f"lra_release/ subfolders)\nLooked for:\n  " + "\n  ".join(tried) + f"\n{hint}")
 
@@ -260,14 +242,14 @@ def listops_tokenize(source: str) -> np.ndarray:
 def read_listops_tsv(path: PathLike, max_length: int = 2000) -> tuple[list[np.ndarray], np.ndarray]:
     """A ``Source\tTarget`` file -> (token-id arrays, each ``[<= max_length]``; labels ``[n]``).
 
-    Malformed content raises :class:`LRADataError` naming the file and line.
+    Malformed content raises :class:`DataError` naming the file and line.
     """
     path = Path(path)
     max_length = _check_max_length(max_length)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise LRADataError(f"not UTF-8 text ({e})", path=path) from None
+        raise DataError(f"not UTF-8 text ({e})", path=path) from None
     fast = _listops_fast(text, max_length)
     return fast if fast is not None else _listops_careful(path, text, max_length)
 
@@ -325,28 +307,28 @@ def _listops_careful(path: Path, text: str, max_length: int) -> tuple[list[np.nd
     lines = text.split("\n")  # (read_text already turned \r\n into \n; splitlines would split on more)
     header = lines[0]
     if header.split("\t") != ["Source", "Target"]:
-        raise LRADataError(f"expected the header 'Source<TAB>Target', found {header[:60]!r}", path=path, line=1)
+        raise DataError(f"expected the header 'Source<TAB>Target', found {header[:60]!r}", path=path, line=1)
     for lineno, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
         cols = line.split("\t")
         if len(cols) != 2:
-            raise LRADataError(f"expected 2 tab-separated columns (Source, Target), found {len(cols)}",
+            raise DataError(f"expected 2 tab-separated columns (Source, Target), found {len(cols)}",
                                path=path, line=lineno)
         source, target = cols
         try:
             label = int(target.strip())
         except ValueError:
-            raise LRADataError(f"Target {target!r} is not an integer", path=path, line=lineno) from None
+            raise DataError(f"Target {target!r} is not an integer", path=path, line=lineno) from None
         if not 0 <= label <= 9:
-            raise LRADataError(f"Target {label} is outside 0..9", path=path, line=lineno)
+            raise DataError(f"Target {label} is outside 0..9", path=path, line=lineno)
         try:
             ids = listops_tokenize(source)
         except KeyError as e:
-            raise LRADataError(f"unknown ListOps token {e.args[0]!r} (vocabulary: {LISTOPS_VOCAB[1:]})",
+            raise DataError(f"unknown ListOps token {e.args[0]!r} (vocabulary: {LISTOPS_VOCAB[1:]})",
                                path=path, line=lineno) from None
         if ids.size == 0:
-            raise LRADataError("empty Source", path=path, line=lineno)
+            raise DataError("empty Source", path=path, line=lineno)
         inputs.append(ids[:max_length])
         labels.append(label)
     return inputs, np.asarray(labels, dtype=np.int64)
@@ -358,7 +340,7 @@ def load_listops(root: PathLike, split: str, *, max_length: int = 2000, task: st
     d = _find(root, ["listops-1000"], "listops", _release_hint("listops-1000/basic_{train,val,test}.tsv", "listops"))
     path = d / f"{task}_{split}.tsv"
     if not path.is_file():
-        raise LRADataMissingError(f"ListOps file {str(path)!r} is missing. "
+        raise DataMissingError(f"ListOps file {str(path)!r} is missing. "
                                   + _release_hint("listops-1000/basic_{train,val,test}.tsv", "listops"))
     inputs, labels = read_listops_tsv(path, max_length)
     return TokenDataset(name=f"listops/{split}", inputs=inputs, labels=labels, seq_len=max_length,
@@ -397,10 +379,10 @@ def load_text(root: PathLike, split: str, *, max_length: int = 4000) -> TokenDat
     for label, cls in enumerate(("neg", "pos")):
         d = base / sub / cls
         if not d.is_dir():
-            raise LRADataMissingError(f"IMDb directory {str(d)!r} is missing. {_IMDB_HINT}")
+            raise DataMissingError(f"IMDb directory {str(d)!r} is missing. {_IMDB_HINT}")
         files = sorted(d.glob("*.txt"), key=_imdb_key)
         if not files:
-            raise LRADataMissingError(f"IMDb directory {str(d)!r} holds no *.txt reviews. {_IMDB_HINT}")
+            raise DataMissingError(f"IMDb directory {str(d)!r} holds no *.txt reviews. {_IMDB_HINT}")
         for p in files:
             inputs.append(bytes_to_ids(p.read_bytes(), max_length))
             labels.append(label)
@@ -431,15 +413,15 @@ def read_aan_tsv(path: PathLike, max_length: int = 4000) -> tuple[list[np.ndarra
                 continue
             cols = line.split(b"\t")
             if len(cols) != 5:
-                raise LRADataError(f"expected 5 tab-separated columns (label, id1, id2, text1, text2), "
+                raise DataError(f"expected 5 tab-separated columns (label, id1, id2, text1, text2), "
                                    f"found {len(cols)}", path=path, line=lineno)
             try:
                 value = float(cols[0])
             except ValueError:
                 label = cols[0][:40].decode("utf-8", "replace")
-                raise LRADataError(f"label {label!r} is not a number", path=path, line=lineno) from None
+                raise DataError(f"label {label!r} is not a number", path=path, line=lineno) from None
             if not math.isfinite(value) or value != int(value) or int(value) not in (0, 1):
-                raise LRADataError(f"label {value} is not 0 or 1", path=path, line=lineno)
+                raise DataError(f"label {value} is not 0 or 1", path=path, line=lineno)
             in1.append(bytes_to_ids(cols[3], cut))
             in2.append(bytes_to_ids(cols[4], cut))
             labels.append(int(value))
@@ -479,30 +461,10 @@ def rgb_to_gray(rgb: np.ndarray) -> np.ndarray:
 
 
 def read_cifar_batch(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python pickle -> (grey images ``[n, 1024]`` uint8, labels ``[n]`` int64)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
-    except (pickle.UnpicklingError, EOFError, ValueError) as e:
-        raise LRADataError(f"not a CIFAR-10 python pickle ({e})", path=path) from None
-    if not isinstance(batch, dict):
-        raise LRADataError(f"expected a dict with 'data' and 'labels', found {type(batch).__name__}", path=path)
-    get = lambda k: batch.get(k.encode(), batch.get(k))  # noqa: E731  (keys are bytes in the release)
-    data, labels = get("data"), get("labels")
-    if data is None or labels is None:
-        raise LRADataError(f"missing 'data' or 'labels' (keys: {sorted(map(str, batch))[:6]})", path=path)
-    data = np.asarray(data)
-    if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
-        raise LRADataError(f"'data' must be uint8 [n, 3072], found {data.dtype} {list(data.shape)}", path=path)
-    labels = np.asarray(labels, dtype=np.int64)
-    if labels.shape != (len(data),):
-        raise LRADataError(f"{len(labels)} labels for {len(data)} images", path=path)
-    bad = np.flatnonzero((labels < 0) | (labels > 9))
-    if bad.size:
-        raise LRADataError(f"label {labels[bad[0]]} of record {bad[0]} is outside 0..9", path=path)
-    rgb = data.reshape(-1, 3, 1024).transpose(0, 2, 1)  # [n, 1024, 3] (planes R, G, B; row-major 32x32)
-    return rgb_to_gray(rgb), labels
+    """One CIFAR-10 python pickle (read by :func:`attnbench.formats.read_cifar_batch`) -> (grey images ``[n, 1024]``
+    uint8, labels ``[n]`` int64)."""
+    rgb, labels = read_cifar_rgb(path, which=10)  # [n, 32, 32, 3], [n]
+    return rgb_to_gray(rgb.reshape(len(rgb), 1024, 3)), labels
 
 
 def _check_pixels_length(max_length: Optional[int], n: int, task: str) -> None:
@@ -523,7 +485,7 @@ def load_image(root: PathLike, split: str, *, max_length: Optional[int] = None) 
     names = ["test_batch"] if split == "test" else [f"data_batch_{i}" for i in range(1, 6)]
     missing = [n for n in names if not (d / n).is_file()]
     if missing:
-        raise LRADataMissingError(f"CIFAR-10 files {missing} missing from {str(d)!r}. {_CIFAR_HINT}")
+        raise DataMissingError(f"CIFAR-10 files {missing} missing from {str(d)!r}. {_CIFAR_HINT}")
     parts = [read_cifar_batch(d / n) for n in names]
     x = np.concatenate([p[0] for p in parts])  # [N, 1024]
     y = np.concatenate([p[1] for p in parts])  # [N]
@@ -569,25 +531,25 @@ def read_pathfinder_metadata(path: PathLike) -> list[tuple[str, str, int]]:
         try:
             arr = np.load(io.BytesIO(raw), allow_pickle=False)
         except ValueError as e:
-            raise LRADataError(f"unreadable .npy metadata ({e})", path=path) from None
+            raise DataError(f"unreadable .npy metadata ({e})", path=path) from None
         rows = [(i + 1, [str(v) for v in np.atleast_1d(r)]) for i, r in enumerate(np.atleast_2d(arr))]
     else:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise LRADataError(f"metadata is neither text nor .npy ({e})", path=path) from None
+            raise DataError(f"metadata is neither text nor .npy ({e})", path=path) from None
         rows = [(i, line.split()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     out = []
     for lineno, cols in rows:
         if len(cols) < 4:
-            raise LRADataError(f"expected at least 4 space-separated columns (subdir, file, index, label), "
+            raise DataError(f"expected at least 4 space-separated columns (subdir, file, index, label), "
                                f"found {len(cols)}", path=path, line=lineno)
         try:
             label = int(cols[3])
         except ValueError:
-            raise LRADataError(f"label (column 4) {cols[3]!r} is not an integer", path=path, line=lineno) from None
+            raise DataError(f"label (column 4) {cols[3]!r} is not an integer", path=path, line=lineno) from None
         if label not in (0, 1):
-            raise LRADataError(f"label (column 4) {label} is not 0 or 1", path=path, line=lineno)
+            raise DataError(f"label (column 4) {label} is not 0 or 1", path=path, line=lineno)
         out.append((cols[0], cols[1], label))
     return out
 
@@ -612,7 +574,7 @@ def read_png_tokens(path: PathLike, resolution: int) -> Optional[np.ndarray]:
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError):
         return None
     if arr.shape != (resolution, resolution):
-        raise LRADataError(f"image is {arr.shape[1]}x{arr.shape[0]}, expected {resolution}x{resolution}", path=path)
+        raise DataError(f"image is {arr.shape[1]}x{arr.shape[0]}, expected {resolution}x{resolution}", path=path)
     return arr.reshape(-1)
 
 
@@ -641,11 +603,11 @@ def load_pathfinder(root: PathLike, split: str, *, resolution: int = 32, difficu
     meta_dir = task_dir / "metadata"
     metas = sorted(meta_dir.glob("*.npy"), key=_meta_key) if meta_dir.is_dir() else []
     if not metas:
-        raise LRADataMissingError(f"no metadata/*.npy files in {str(task_dir)!r}. "
+        raise DataMissingError(f"no metadata/*.npy files in {str(task_dir)!r}. "
                                   + _release_hint(f"{rel}/metadata/<k>.npy", "pathfinder"))
     examples = [ex for m in metas for ex in read_pathfinder_metadata(m)]
     if not examples:
-        raise LRADataError("the metadata files list no examples", path=meta_dir)
+        raise DataError("the metadata files list no examples", path=meta_dir)
     pixels, labels, skipped = [], [], []
     for i in np.sort(pathfinder_split_indices(len(examples), split, seed)):
         subdir, fname, label = examples[i]
@@ -663,7 +625,7 @@ def load_pathfinder(root: PathLike, split: str, *, resolution: int = 32, difficu
                       + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""), LRADataWarning,
                       stacklevel=2)
     if not pixels:
-        raise LRADataError(f"no readable images for split {split!r}", path=task_dir)
+        raise DataError(f"no readable images for split {split!r}", path=task_dir)
     x = np.stack(pixels)  # [n, res*res]
     return TokenDataset(name=f"pathfinder{resolution}-{dirname}/{split}", inputs=x, labels=np.asarray(labels),
                         seq_len=resolution * resolution, vocab_size=256, num_classes=2, pad_id=None)

@@ -153,7 +153,7 @@ def prepare_task(task: str, cfg: TaskConfig, *, data_dir: Optional[Path], cache:
         try:
             tr, va, te = _load_splits(task, Path(data_dir), cfg)
             return TaskData(tr, va, te, origin=f"files:{data_dir}", fingerprint="files")
-        except lra_data.LRADataMissingError as e:
+        except lra_data.DataMissingError as e:
             missing = str(e)
     if cfg.generate is not None and cfg.data != "files":
         d = ensure_generated(task, cfg, cache, console) if generate_ok else generated_dir(task, cfg, cache)

@@ -79,7 +79,7 @@ class RecipeConfig:
     label_smoothing: float = 0.1
     mixup: float = 0.0
     cutmix: float = 0.0
-    augment: str = "auto"  # the train transform (suites/vision/data.py: auto, none, deit, cifar, ...)
+    augment: str = "auto"  # the train transform (attnbench/image/data.py: auto, none, deit, cifar, ...)
     eval_batch_size: int = 256
     workers: int = 0
 
@@ -158,7 +158,7 @@ def with_folder(pre: VisionPreset, data_dir: Optional[str]) -> VisionPreset:
     whole training split. Any other preset, or no folder: ``pre`` unchanged."""
     if data_dir is None or pre.data.kind != "digits":
         return pre
-    from .data import class_counts, detect_folder
+    from attnbench.image.data import class_counts, detect_folder
 
     kind, root = detect_folder(data_dir)
     data = dataclasses.replace(pre.data, kind=kind, classes=None)

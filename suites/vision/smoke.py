@@ -2,7 +2,7 @@
 
 The preset's data in its real format is written into a temporary directory: CIFAR's python pickles
 (``cifar-10-batches-py/`` or ``cifar-100-python/``) or an ImageFolder of JPEGs at the preset's resolution under the
-real class names (ImageNet-100: the CMC list in ``classlists/``; ImageNet-1k: the 1000 ILSVRC-2012 synsets timm
+real class names (ImageNet-100: the CMC list in ``attnbench/image/classlists/``; ImageNet-1k: the 1000 ILSVRC-2012 synsets timm
 ships; a class-list file: its names); the offline ``digits`` needs none. Then the preset itself runs through
 :func:`.train.run_vision`: its reader and augmentation (DeiT's RandAugment, random erasing), its ViT at full size
 and resolution, its loss (label smoothing, mixup / cutmix), optimizer and schedule kind, EMA, evaluation, test,
@@ -48,7 +48,7 @@ def _smooth_images(n: int, size: int, seed: int = 0) -> list[np.ndarray]:
 def imagefolder_classes(classes) -> list[str]:
     """The class folder names a preset's ``classes`` asks for: a shipped list or a file (its names), a count N
     (the first N ILSVRC-2012 synsets, sorted, as ``train/`` would sort them), ``None`` (all 1000), or a list."""
-    from . import data as vd
+    from attnbench.image import data as vd
 
     if isinstance(classes, str) and classes.strip().isdigit():
         classes = int(classes)

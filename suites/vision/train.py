@@ -70,7 +70,7 @@ class FirstItems(torch.utils.data.Dataset):
 def load_splits(pre: VisionPreset, data_dir: Optional[str], *, eval_limit: Optional[int] = None):
     """The preset's data: its reader, size, split, classes, augmentation and reader options, from ``data_dir``;
     with ``eval_limit`` the validation and test splits are cut to their first ``eval_limit`` images (smoke)."""
-    from . import data as vision_data
+    from attnbench.image import data as vision_data
 
     splits = vision_data.build_splits(pre.data.kind, root=Path(data_dir) if data_dir else None,
                                       image_size=pre.data.image_size, seed=pre.data.seed, classes=pre.data.classes,
