@@ -278,6 +278,71 @@ def report_cmd(out: str = typer.Option(..., "--out", help="the page to write, e.
     console.print(written.line())
 
 
+@app.command("show")
+def show_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", ".join(registry.suite_names())),
+             row: str = typer.Argument(..., help="the row as `attnbench table SUITE` shows it: the text of its first "
+                                       "column (e.g. nala, laplacian:landmarks=16, mixa), or a config hash (prefix) "
+                                       "of one of its cells"),
+             task: Optional[str] = typer.Option(None, "--task", help="only the row of this task (e.g. listops)"),
+             setting: Optional[str] = typer.Option(None, "--setting", help="only this setting (e.g. lra/tiny)"),
+             db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+             committed: bool = clikit.flag(True, "--committed/--no-committed",
+                                            help="look in the committed reference results too")) -> None:
+    """How a leaderboard row was made: per seed its cell identity, preset identity and commit, and the exact
+    command (git checkout COMMIT; attnbench run ...) that makes it again; run again, it finds the cell done."""
+    from .show import describe
+
+    try:
+        lines = describe(suite, row, db=db, setting=setting, task=task, committed=committed)
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command("compare")
+def compare_cmd(a: str = typer.Argument(..., help="side A (the baseline): a results store (.db) or a .jsonl export"),
+                b: Optional[str] = typer.Argument(None, help="side B (the change), as A; omit it with --commits or "
+                                                  "--machines"),
+                commits: Optional[str] = typer.Option(None, "--commits", help="X,Y: compare the records of commit X "
+                                                      "(A) and commit Y (B) inside store A (hashes or prefixes)"),
+                machines: Optional[str] = typer.Option(None, "--machines", help="M1,M2: compare the records of two "
+                                                       "machines (recorded device names, or a unique part of one) "
+                                                       "inside store A"),
+                suite: Optional[str] = typer.Option(None, "--suite", help="only this suite"),
+                threshold: Optional[float] = typer.Option(None, "--threshold", help="PCT: exit 1 when any cell is "
+                                                          "significantly worse on B (p < 0.05) by more than PCT "
+                                                          "percent of A's value: slower, lower accuracy, higher "
+                                                          "perplexity; names the cells"),
+                fmt: str = typer.Option("auto", "--format", help="table, md, tsv, json, or auto (tables on a "
+                                        "terminal, md when piped)")) -> None:
+    """Two sets of results cell by cell (same identity minus provenance and seed): each difference with its
+    significance (accuracy: two-proportion test or seed interval; speed: ratio against the repeat noise), largest
+    first; --threshold makes a significant regression fail the command (for CI)."""
+    from . import compare, tables
+
+    try:
+        fmt = tables.table_format(fmt, console)
+        if threshold is not None and threshold < 0:
+            raise AttnbenchError(f"--threshold must be a percentage >= 0, got {threshold:g}")
+        side_a, side_b = compare.sides(a, b, commits=commits, machines=machines)
+        result = compare.compare(side_a, side_b, suite=suite)
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    if not result.differences:
+        fail(f"no cell in common between A ({side_a.label}: {len(side_a.records)} records) and B ({side_b.label}: "
+             f"{len(side_b.records)} records)" + (f" in suite {suite}" if suite else ""), code=1)
+    tables.render_tables(compare.tables(result, threshold), console=console, fmt=fmt)
+    if threshold is not None:
+        bad = result.regressions(threshold)
+        for d in bad:
+            msg = (f"regression beyond {threshold:g}%: {d.cell} · {d.metric.label}: {100 * d.change:+.1f}% "
+                   f"(p = {d.p:.2g})")
+            typer.echo(msg, err=fmt == "json")  # stdout stays one JSON document with --format json
+        if bad:
+            raise typer.Exit(code=1)
+
+
 _add_suite_commands()
 
 
