@@ -119,11 +119,14 @@ def provenance_rows(records: list[Measurement]) -> list[tuple[str, str]]:
     points), read back from its two-column form so the fields are defined in one place."""
     if not records:
         return []
-    machine = tables.machine_of(records)
-    if "GFLOP/s" not in machine:
-        machine += " (matmul GFLOP/s not recorded by this run)"
-    devices = sorted({r.device for r in records})
-    rows = [("machine", f"{', '.join(devices)} · {machine}")]
+    by_machine: dict[tuple, list[Measurement]] = {}
+    for r in records:
+        by_machine.setdefault((r.device, r.device_name or ""), []).append(r)
+    machines = []
+    for (device, _), recs in sorted(by_machine.items()):
+        m = tables.machine_of(recs)   # each machine with the GFLOP/s measured on it
+        machines.append(f"{device} · {m}" + ("" if "GFLOP/s" in m else " (matmul GFLOP/s not recorded)"))
+    rows = [("machine", "; ".join(machines))]
     for line in tables.environment_markdown(records).splitlines()[2:]:
         key, _, value = line.strip().strip("|").partition(" | ")
         key, value = key.strip(), value.strip()
@@ -266,7 +269,7 @@ border-radius:10px;vertical-align:1px;background:var(--acc);color:#fff}
 table{border-collapse:collapse;font-size:.86em;font-variant-numeric:tabular-nums}
 th,td{padding:3px 8px;border-bottom:1px solid var(--line);vertical-align:top;text-align:left;white-space:nowrap}
 th.num,td.num{text-align:right}
-td:first-child{position:sticky;left:0;background:inherit;z-index:1}tbody tr{background:#fff}
+td:first-child{position:sticky;left:0;background:inherit;z-index:1;box-shadow:1px 0 0 var(--line)}tbody tr{background:#fff}
 td.text{white-space:normal;min-width:14em;max-width:32em}
 thead th{background:var(--bg2)}
 thead th:first-child{position:sticky;left:0;z-index:2}

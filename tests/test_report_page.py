@@ -6,8 +6,8 @@ browser download is not used). When either is missing the test fails, saying how
     apt-get install -y chromium chromium-driver
     pip install playwright
 
-Set ``ATTNBENCH_REPORT_SCREENSHOT=<path.png>`` to keep the screenshot at a path of your choice as well (it is always
-written under pytest's tmp dir).
+The screenshot is always written under pytest's tmp dir; ``ATTNBENCH_REPORT_SCREENSHOT=1`` also keeps it at
+``results/report/screenshot.png`` (``=<path.png>``: there instead). Nothing tracked is written otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 CHROMIUM = os.environ.get("ATTNBENCH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT = Path(__file__).resolve().parent.parent / "results" / "report" / "screenshot.png"
 INSTALL = ("the report page is tested in a real headless browser: install it with "
            "`apt-get install -y chromium chromium-driver` and `pip install playwright` "
            "(do not run `playwright install`; the test drives the system chromium at {path})")
@@ -105,6 +106,7 @@ def test_report_page_in_chromium(page_file, browser, tmp_path):
     assert shot.stat().st_size > 10_000
     keep = os.environ.get("ATTNBENCH_REPORT_SCREENSHOT")
     if keep:
+        keep = SCREENSHOT if keep == "1" else keep
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, keep)
 
