@@ -24,6 +24,7 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Iterable
+from urllib.parse import quote
 
 from . import registry, tables
 from .errors import AttnbenchError
@@ -227,7 +228,8 @@ def collect(suites: Iterable[str] | None = None, *, db: str | None = None, inclu
         sections.append(section)
     where = []
     if include_store:
-        where.append(f"your store ({resolve_db(db)})")
+        path = resolve_db(db)
+        where.append(f"your store ({path})" if path.exists() else f"your store (none yet at {path})")
     if include_committed:
         where.append("the committed reference results (results/<suite>/*.jsonl)")
     from .provenance import git_info
@@ -457,7 +459,7 @@ def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, 
                     name = "x" + name
                 used.add(name)
                 files.append((name, f.png))
-                lines += [f"![{f.caption}]({fig_dir}/{name})", f"*{f.caption}*", ""]
+                lines += [f"![{f.caption}]({quote(fig_dir)}/{quote(name)})", f"*{f.caption}*", ""]
     return "\n".join(lines) + "\n", files
 
 
@@ -472,6 +474,9 @@ def _check_out(out: Path) -> None:
     """Fail before any work if ``out`` cannot be written."""
     if out.is_dir():
         raise AttnbenchError(f"--out {out}: is a directory; give a file name, e.g. {out / 'report.html'}")
+    blocker = next((d for d in out.parents if d.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise AttnbenchError(f"--out {out}: {blocker} is a file, not a directory; choose another path")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         probe = out.with_name(out.name + ".probe")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from urllib.parse import unquote
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,7 @@ def test_report_markdown(tmp_path):
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == written.figures == len(written.files) > 0
     for link in links:
-        p = out.parent / link
+        p = out.parent / unquote(link)
         assert p.is_file() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "reported" in text and 0 < written.reported < written.tables and text.count("Provenance:") == written.tables - written.reported
 
@@ -185,7 +186,7 @@ def test_report_bad_input(tmp_path):
     with pytest.raises(AttnbenchError, match="--db .*no such results store"):
         reportpage.write_report(tmp_path / "r.html", db=str(tmp_path / "missing.db"))
     (tmp_path / "file").write_text("")
-    with pytest.raises(AttnbenchError, match="--out .*cannot write"):
+    with pytest.raises(AttnbenchError, match="--out .*is a file, not a directory"):
         reportpage.write_report(tmp_path / "file" / "r.html", include_store=False)
     with pytest.raises(AttnbenchError, match="--out .*is a directory"):
         reportpage.write_report(tmp_path, include_store=False)
