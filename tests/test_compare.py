@@ -1,0 +1,138 @@
+"""``attnbench compare``: cell by cell, each difference against its noise; ``--threshold`` gates a regression."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench import compare
+from attnbench.cli import app
+from attnbench.store import Store
+
+TIMED = [("softmax", 1024, 0.0100), ("softmax", 2048, 0.0400), ("nala", 1024, 0.0030), ("nala", 2048, 0.0061)]
+
+
+def _timing(t: float, slow: float = 1.0) -> dict:
+    """A timing record's metrics (attnbench.bench.timing.TimingStats.as_metrics): 50 repeats, IQR 2% of the
+    median."""
+    t *= slow
+    return {"time_median_s": t, "time_q25_s": 0.99 * t, "time_q75_s": 1.01 * t, "time_iqr_s": 0.02 * t,
+            "reps": 50, "time_mean_s": t, "time_min_s": 0.97 * t}
+
+
+def _store(path, *, slow: dict | None = None, scores: dict | None = None, commit: str = "a" * 40,
+           machine: str = "CPU A", seeds=(0,)):
+    """A store with timed points (one planted ``slow`` factor per (attention, N)) and accuracy cells
+    (``scores``: attention -> per-seed accuracy in %, on 2000 test items)."""
+    env = {"device": "cpu", "device_name": machine, "git_commit": commit, "git_dirty": False, "packages": {}}
+    with Store(path) as s:
+        run = s.start_run(suite="demo-scaling", setting="demo/cpu", env=env)
+        s.add_many([run.record(task="fwd", attention=a, status="ok", dtype="fp32", params={"seq_len": n},
+                               metrics=_timing(t, (slow or {}).get((a, n), 1.0))) for a, n, t in TIMED])
+        s.finish_run(run.run_id, "ok")
+        run = s.start_run(suite="demo-train", setting="demo/tiny", env=env)
+        s.add_many([run.record(task="listops", attention=a, status="ok", dtype="float32", seed=seed,
+                               params={"seed": seed, "steps": 600},
+                               metrics={"score": sc[i], "n_test": 2000, "train_samples_per_s": 900.0})
+                    for a, sc in (scores or {}).items() for i, seed in enumerate(seeds)])
+        s.finish_run(run.run_id, "ok")
+    return str(path)
+
+
+def _run(*args):
+    res = CliRunner().invoke(app, ["compare", *args, "--format", "md"])
+    return res.exit_code, res.output
+
+
+def test_a_planted_slowdown_fails_with_the_threshold_naming_the_cell_and_passes_without(tmp_path):
+    a = _store(tmp_path / "a.db", scores={"nala": [30.75]})
+    b = _store(tmp_path / "b.db", slow={("nala", 2048): 1.10}, scores={"nala": [31.25]})  # accuracy: inside noise
+    code, out = _run(a, b, "--threshold", "5")
+    assert code == 1, out
+    bad = [ln for ln in out.splitlines() if ln.startswith("regression beyond 5%")]
+    assert len(bad) == 1 and "nala" in bad[0] and "seq_len=2048" in bad[0] and "+10.0%" in bad[0], out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| demo")]
+    speed = [r for r in rows if "| time |" in r]
+    assert len(speed) == 4 and "seq_len=2048" in speed[0] and "slower ✗" in speed[0]  # sorted by size
+    assert not any("✗" in r for r in rows if r != speed[0])
+    acc = next(r for r in rows if "accuracy" in r)
+    assert "within noise" in acc and "two-proportion" in acc  # 30.75 vs 31.25 on 2000 items: not flagged
+    code, out = _run(a, b)
+    assert code == 0 and "regression" not in out and "slower" in out, out
+
+
+def test_an_accuracy_drop_beyond_noise_is_flagged_and_a_speed_up_is_not(tmp_path):
+    a = _store(tmp_path / "a.db", scores={"nala": [40.0]})
+    b = _store(tmp_path / "b.db", slow={("softmax", 1024): 0.8}, scores={"nala": [30.0]})
+    code, out = _run(a, b, "--threshold", "5")
+    assert code == 1
+    (bad,) = [ln for ln in out.splitlines() if ln.startswith("regression")]
+    assert "accuracy" in bad and "-25.0%" in bad
+    assert "faster" in out  # the softmax speed-up is significant but not a regression
+
+
+def test_seeds_use_the_seed_interval(tmp_path):
+    a = _store(tmp_path / "a.db", scores={"nala": [30.0, 40.0, 35.0]}, seeds=(0, 1, 2))
+    b = _store(tmp_path / "b.db", scores={"nala": [33.0, 28.0, 31.0]}, seeds=(0, 1, 2))
+    cmp = compare.compare(compare.Side("a", compare.load_records(a)), compare.Side("b", compare.load_records(b)))
+    (acc,) = [d for d in cmp.differences if d.metric.key == "score"]
+    assert acc.n_a == acc.n_b == 3 and "Welch" in acc.test
+    assert acc.a == pytest.approx(35.0) and acc.b == pytest.approx(92 / 3)
+    # 2000 test items would call a 4.3-point drop significant; the seeds' spread does not
+    assert acc.p > 0.05 and acc.verdict == "within noise"
+
+
+def test_two_commits_and_two_machines_inside_one_store(tmp_path):
+    db = tmp_path / "one.db"
+    _store(db, scores={"nala": [30.0]}, commit="1" * 40, machine="Xeon 8480")
+    _store(db, slow={("softmax", 2048): 1.2}, scores={"nala": [30.0]}, commit="2" * 40, machine="EPYC 9654")
+    code, out = _run(str(db), "--commits", "111,222", "--threshold", "10")
+    assert code == 1 and "softmax" in out.split("regression beyond")[1]
+    code, out = _run(str(db), "--machines", "xeon,epyc")
+    assert code == 0 and "A = " in out and "Xeon 8480" in out and "EPYC 9654" in out
+
+
+def test_jsonl_exports_compare_like_stores(tmp_path):
+    a = _store(tmp_path / "a.db")
+    b = _store(tmp_path / "b.db", slow={("nala", 1024): 1.5})
+    res = CliRunner().invoke(app, ["export", "--format", "jsonl", "--db", b, "--out", str(tmp_path / "b.jsonl")])
+    assert res.exit_code == 0, res.output
+    code, out = _run(a, str(tmp_path / "b.jsonl"), "--threshold", "20")
+    assert code == 1 and "+50.0%" in out
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["nowhere.db", "b.db"], "no such file"),
+    (["a.db"], "exactly one of these"),
+    (["a.db", "b.db", "--commits", "x,y"], "exactly one of these"),
+    (["a.db", "--commits", "111"], "two commits"),
+    (["a.db", "--commits", "111,999"], "matches 0 commits"),
+    (["a.db", "--machines", "CPU,nothing"], "matches 0 machines"),
+    (["a.db", "b.db", "--threshold", "-1"], "--threshold"),
+])
+def test_bad_input_is_one_line(tmp_path, monkeypatch, args, msg):
+    monkeypatch.chdir(tmp_path)
+    _store(tmp_path / "a.db", commit="1" * 40)
+    _store(tmp_path / "b.db")
+    code, out = _run(*args)
+    assert code == 2 and msg in out and "Traceback" not in out, out
+
+
+def test_nothing_in_common_fails(tmp_path):
+    a = _store(tmp_path / "a.db")
+    with Store(tmp_path / "b.db") as s:
+        run = s.start_run(suite="other", setting="x", env={"device": "cpu"})
+        s.add(run.record(task="t", attention="softmax", status="ok", metrics=_timing(0.01)))
+    code, out = _run(a, str(tmp_path / "b.db"))
+    assert code == 1 and "no cell in common" in out
+
+
+def test_json_output_stays_one_document(tmp_path):
+    a = _store(tmp_path / "a.db")
+    b = _store(tmp_path / "b.db", slow={("nala", 1024): 1.3})
+    res = CliRunner().invoke(app, ["compare", a, b, "--format", "json"])
+    assert res.exit_code == 0
+    (speed,) = json.loads(res.stdout)
+    assert speed["title"] == "compare · speed" and speed["rows"][0]["change"] == "+30.0%"
