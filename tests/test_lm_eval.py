@@ -365,13 +365,13 @@ def test_eval_command_errors(cli_app, checkpoint, tmp_path):
 
 def test_hub_task_offline_is_one_line(tmp_path):
     """A task whose data lives on the hub, offline: the message says to pass --online or use the local tasks."""
-    from attnbench.suites.lm.evaluate import EvalError, check_tasks
+    from attnbench.suites.lm.evaluate import EvalError, check_lm_eval_tasks
 
     (tmp_path / "hubtask.yaml").write_text(
         "task: attnbench_hubonly\ndataset_path: attnbench-nonexistent/none\noutput_type: loglikelihood_rolling\n"
         "test_split: test\ndoc_to_text: ''\ndoc_to_target: text\nmetric_list:\n  - metric: bits_per_byte\n")
     with pytest.raises(EvalError) as e:
-        check_tasks(["attnbench_hubonly"], tmp_path, offline=True)
+        check_lm_eval_tasks(["attnbench_hubonly"], tmp_path, offline=True)
     msg = str(e.value)
     assert "\n" not in msg and "--online" in msg and "attnbench_heldout" in msg
 

@@ -33,27 +33,27 @@ LOCAL_TASKS = ("attnbench_heldout", "attnbench_cloze")
 CHECKPOINT_FILES = ("config.json", "model.pt", "tokenizer.json")
 
 
-class CheckpointError(AttnbenchError):
+class LMCheckpointError(AttnbenchError):
     """A checkpoint path that is missing or damaged (the message names it)."""
 
 
 def read_checkpoint_meta(path: str | Path) -> dict:
-    """The ``meta`` of a checkpoint directory's config.json, without torch. :class:`CheckpointError` (one line
+    """The ``meta`` of a checkpoint directory's config.json, without torch. :class:`LMCheckpointError` (one line
     naming the path) when it is missing or damaged."""
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"{path}: not an attnbench LM checkpoint directory (expected "
+        raise LMCheckpointError(f"{path}: not an attnbench LM checkpoint directory (expected "
                               f"{', '.join(CHECKPOINT_FILES)})")
     missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
     if missing:
-        raise CheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)}")
+        raise LMCheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)}")
     try:
         cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
         meta = cfg.get("meta") or {}
         if not isinstance(meta, dict):
             raise TypeError("meta is not a table")
     except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
+        raise LMCheckpointError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
     return meta
 
 
@@ -67,7 +67,7 @@ def _heldout_file(meta: dict, checkpoint: Path) -> Optional[Path]:
     for cand in ([p] if p.is_absolute() else [Path.cwd() / p, project_root() / p, checkpoint / p]):
         if cand.is_file():
             return cand.resolve()
-    raise CheckpointError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
+    raise LMCheckpointError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
                           f"give the local tasks with --include-path instead")
 
 
@@ -83,7 +83,7 @@ def local_tasks_for(checkpoint: str | Path, meta: dict, *, seed: int = 0) -> Opt
     try:
         docs = read_jsonl_texts(held)
     except (OSError, ValueError, KeyError) as e:
-        raise CheckpointError(f"{held}: damaged held-out corpus ({type(e).__name__}: {e})") from None
+        raise LMCheckpointError(f"{held}: damaged held-out corpus ({type(e).__name__}: {e})") from None
     folder = checkpoint.resolve().parent / f"{checkpoint.resolve().name}.lm_eval_tasks"
     return write_local_tasks(folder, docs, seed=seed)
 
@@ -100,7 +100,7 @@ def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str]
     from attnbench.store import point_hash
     from attnbench.sweep import Cell, CellResult, SweepSummary, run_sweep
 
-    from .evaluate import _tasks_list, check_tasks
+    from .evaluate import _tasks_list, check_lm_eval_tasks
 
     names = _tasks_list(tasks)
     if not names:
@@ -123,7 +123,7 @@ def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str]
     for _, _, includes in plans:  # unknown tasks / hub tasks offline: one line before any work
         key = tuple(includes)
         if key not in checked:
-            check_tasks(names, includes or None, offline=not online)
+            check_lm_eval_tasks(names, includes or None, offline=not online)
             checked.add(key)
 
     def run_cell(cell: Cell, ctx) -> CellResult:

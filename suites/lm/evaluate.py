@@ -351,7 +351,8 @@ def _unknown_error(unknown: Sequence[str], include_path: PathList) -> EvalError:
                      f"`lm_eval ls tasks` lists lm-eval's own")
 
 
-def check_tasks(tasks: str | Sequence[str], include_path: PathList = None, *, offline: bool = True) -> list[str]:
+def check_lm_eval_tasks(tasks: str | Sequence[str], include_path: PathList = None, *,
+                        offline: bool = True) -> list[str]:
     """The task names, after checking that lm-eval knows each (:class:`EvalError` naming the unknown ones and the
     local tasks) and, ``offline``, that the data of every task can be had without the hub (local files or a cached
     copy; else :class:`EvalError` saying to pass ``--online``): loads each task's data once to know."""

@@ -1,4 +1,4 @@
-"""The claims checks: one :class:`Check` per paper argument, in one module per paper.
+"""The claims checks: one :class:`ClaimCheck` per paper argument, in one module per paper.
 
 A check measures one statistic for one mechanism (an attention spec) on one input (``synthetic`` draws of a stated
 distribution, or ``real`` queries and keys of a trained model), under a :class:`~..criteria.Criterion` built from
@@ -53,7 +53,7 @@ class Skip(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
-class Check:
+class ClaimCheck:
     name: str
     paper: str  # where the argument is made (section, theorem, equation, figure)
     claim: str  # the argument, one sentence
@@ -75,11 +75,11 @@ class Check:
         return self.run(self.context(spec, input, **kw))
 
 
-def _all() -> list[Check]:
+def _all() -> list[ClaimCheck]:
     from . import adala, laplacian, memory, mirrorla, nala, stella
 
     return [*nala.CHECKS, *mirrorla.CHECKS, *laplacian.CHECKS, *stella.CHECKS, *memory.CHECKS, *adala.CHECKS]
 
 
-def checks() -> dict[str, Check]:
+def checks() -> dict[str, ClaimCheck]:
     return {c.name: c for c in _all()}

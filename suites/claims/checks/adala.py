@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from .. import figures
 from ..criteria import Criterion, bootstrap
 from ..inputs import images, load_teacher
-from . import Check, Context, Result, Skip
+from . import ClaimCheck, Context, Result, Skip
 
 
 def _capture(model, x):
@@ -95,13 +95,13 @@ def run_depth(ctx: Context) -> Result:
                      f"errors lies above 1; fails if it lies at or below 1")
     if ctx.teacher is None:
         raise Skip("no trained model for real inputs")
+    from attnbench.image.classify import build_classifier
     from attnbench.models.vit import load_pretrained
-    from attnbench.suites.vision.train import build_model
 
     teacher, splits, pre = load_teacher(ctx.teacher)
     teacher.requires_grad_(False)
     torch.manual_seed(ctx.seed)
-    student = build_model(ctx.spec, pre, splits.num_classes)
+    student = build_classifier(ctx.spec, pre, splits.num_classes)
     load_pretrained(student, ctx.teacher.path, allow_missing_mechanism=True)
     student.eval()
     train_x = images(splits.train, s["train_images"])
@@ -137,7 +137,7 @@ def run_depth(ctx: Context) -> Result:
 
 
 CHECKS = [
-    Check("adala-depth", "ViT-AdaLA Sec. 3.2 (Eqs. 3-4), Table 3",
+    ClaimCheck("adala-depth", "ViT-AdaLA Sec. 3.2 (Eqs. 3-4), Table 3",
           "without stage 2, the per-layer alignment errors of stage 1 accumulate with depth", ("linear",), ("real",),
           run_depth, {"train_images": 512, "test_images": 128, "steps": 150, "batch": 32, "lr": 1e-3}),
 ]

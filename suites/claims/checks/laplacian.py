@@ -30,7 +30,7 @@ import torch
 from .. import figures
 from ..criteria import Criterion, Statistic, bootstrap, excess_kurtosis, spearman
 from ..inputs import cached_real_qk
-from . import Check, Context, Result, Skip
+from . import ClaimCheck, Context, Result, Skip
 
 ERR_FLOOR = 1e-12  # below this both solvers are at float64 round-off: a ratio there is noise
 
@@ -331,18 +331,18 @@ def _is_laplacian(spec) -> bool:
 
 CLUSTERED = {"batch": 8, "tokens": 256, "dim": 32, "clusters": 16, "spread": 0.25, "noise": 0.1}
 CHECKS = [
-    Check("laplacian-distance", "LaplacianFormer Sec. 3.1 (motivation), Fig. 1",
+    ClaimCheck("laplacian-distance", "LaplacianFormer Sec. 3.1 (motivation), Fig. 1",
           "L2 query-key distances are heavier-tailed than L1 distances", ("laplacian",),
           ("gaussian", "student-t", "real"), run_distance, {"batch": 2, "tokens": 512, "dim": 32, "pairs": 20000},
           accepts=_is_laplacian),
-    Check("laplacian-ns", "LaplacianFormer Sec. 4.2, Algorithm 2",
+    ClaimCheck("laplacian-ns", "LaplacianFormer Sec. 4.2, Algorithm 2",
           "Newton–Schulz reaches the pseudo-inverse of the landmark kernel matrix", ("laplacian",),
           ("synthetic", "tied", "real"), run_ns, {**CLUSTERED, "tolerance": 1e-2, "curve": 40}, accepts=_is_laplacian),
-    Check("laplacian-ns-vs-cg", "LaplacianFormer Table 3, Fig. 6",
+    ClaimCheck("laplacian-ns-vs-cg", "LaplacianFormer Table 3, Fig. 6",
           "Newton–Schulz is more accurate than conjugate gradient at equal cost", ("laplacian",),
           ("synthetic", "tied", "real"), run_ns_vs_cg, {**CLUSTERED, "target": 1e-6, "curve": 60, "faster": 1.25},
           accepts=_is_laplacian),
-    Check("laplacian-nystrom", "LaplacianFormer Sec. 4.2, Eqs. 8-9, Algorithm 1",
+    ClaimCheck("laplacian-nystrom", "LaplacianFormer Sec. 4.2, Eqs. 8-9, Algorithm 1",
           "the Nyström output approaches the exact Laplacian-kernel attention as landmarks grow", ("laplacian",),
           ("synthetic", "real"), run_nystrom, {**CLUSTERED, "batch": 2}, accepts=_is_laplacian),
 ]

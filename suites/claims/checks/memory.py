@@ -17,7 +17,7 @@ import torch
 
 from .. import figures
 from ..criteria import Criterion, Statistic, log_slope
-from . import Check, Context, Result
+from . import ClaimCheck, Context, Result
 
 # What the papers print (notes in ../shared/papers/notes/): whole-model peak memory, GPU, their baselines.
 PAPERS = {
@@ -91,7 +91,7 @@ def run_memory(ctx: Context) -> Result:
 
 
 CHECKS = [
-    Check("memory", "NaLaFormer Sec. 4.4 / Table 4, MirrorLA Table 4, LaplacianFormer Fig. 3b, PolaFormer (LRA)",
+    ClaimCheck("memory", "NaLaFormer Sec. 4.4 / Table 4, MirrorLA Table 4, LaplacianFormer Fig. 3b, PolaFormer (LRA)",
           "peak memory grows linearly in the token count, far below softmax's at tens of thousands of tokens",
           ("nala", "mirrorla", "polaformer", "laplacian"), ("synthetic",), run_memory,
           {"sizes": [1024, 4096, 16384, 65536], "dim": 64, "softmax_cap_bytes": 2 * 2**30, "linear_below": 1.15,

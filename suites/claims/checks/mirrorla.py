@@ -25,7 +25,7 @@ import torch
 from .. import figures
 from ..criteria import Criterion, Statistic, bootstrap
 from ..inputs import cached_real_qk
-from . import Check, Context, Result, Skip
+from . import ClaimCheck, Context, Result, Skip
 
 
 def feature_map(spec, heads: int, head_dim: int, seq_len: int):
@@ -186,12 +186,12 @@ def _is_mirror(spec) -> bool:
 
 SIZES = {"batch": 2, "heads": 2, "tokens": 256, "dim": 32}
 CHECKS = [
-    Check("mirrorla-isometry", "MirrorLA Sec. 3.1, Eqs. 3 and 8-11, 18",
+    ClaimCheck("mirrorla-isometry", "MirrorLA Sec. 3.1, Eqs. 3 and 8-11, 18",
           "the reflections preserve query-key inner products before the ReLU (exactly)",
           ("mirrorla", "mirrorla:variance_aware=False", "mirrorla:cross_head=False:variance_aware=False"),
           ("synthetic", "real"), run_isometry,
           {**SIZES, "tolerance": 1e-9}, accepts=_is_mirror),
-    Check("mirrorla-truncation", "MirrorLA Sec. 1 and 3 ('passive truncation'), Algorithm 1",
+    ClaimCheck("mirrorla-truncation", "MirrorLA Sec. 1 and 3 ('passive truncation'), Algorithm 1",
           "learned reflections let more pre-activation energy survive the ReLU than a bare ReLU",
           ("mirrorla",), ("shifted", "isotropic", "real"), run_truncation,
           {**SIZES, "shift": 1.0, "steps": 150, "lr": 0.05, "margin": 0.02}, accepts=_is_mirror),

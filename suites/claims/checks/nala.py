@@ -22,7 +22,7 @@ import torch
 from .. import figures
 from ..criteria import Criterion, Statistic, spearman_pooled
 from ..inputs import cached_real_qk
-from . import Check, Context, Result, Skip
+from . import ClaimCheck, Context, Result, Skip
 
 NEGATIVE = ("softmax", "nala")  # Theorem 1 (softmax) and Sec. 3.1 / Fig. 3 (nala): PSE falls as ‖q‖ grows
 BAND = 0.1  # |ρ| below this is "no correlation" (the usual weak-effect convention), fixed before measuring
@@ -162,13 +162,13 @@ def _is_feature_map(spec) -> bool:
 
 
 CHECKS = [
-    Check("nala-entropy", "NaLaFormer Sec. 3.1, Theorems 1-2 (App. A.2), Figs. 1 and 3, PSE of Eq. 15",
+    ClaimCheck("nala-entropy", "NaLaFormer Sec. 3.1, Theorems 1-2 (App. A.2), Figs. 1 and 3, PSE of Eq. 15",
           "a larger query norm lowers the attention entropy in softmax and NaLa attention, not in norm-unaware "
           "linear attention", ("softmax", "nala", "relu_linear", "linear", "flatten"), ("synthetic", "real"),
           run_entropy, {"batch": 2, "tokens": 1024, "dim": 32, "r_min": 0.25, "r_max": 16.0},
           # rows that are distributions: softmax and the feature maps (not e.g. laplacian's whitened, signed rows)
           accepts=lambda spec: spec.name == "softmax" or _is_feature_map(spec)),
-    Check("nala-nonneg", "NaLaFormer Sec. 3.2, Eqs. 7-10", "every NaLa score φ_q(q)·φ_k(k) is non-negative",
+    ClaimCheck("nala-nonneg", "NaLaFormer Sec. 3.2, Eqs. 7-10", "every NaLa score φ_q(q)·φ_k(k) is non-negative",
           ("nala",), ("synthetic", "real"), run_nonneg,
           {"batch": 2, "tokens": 512, "dim": 32, "tolerance": 1e-9}, accepts=_is_feature_map),
 ]

@@ -16,7 +16,7 @@ import torch
 
 from .. import figures
 from ..criteria import Criterion, Statistic, log_slope
-from . import Check, Context, Result
+from . import ClaimCheck, Context, Result
 
 BOUNDED = ("stella", "relu_quadratic")  # Eqs. 4-7 with α = N: Var(O) bounded (Theorem 5.2)
 
@@ -68,7 +68,7 @@ def run_variance(ctx: Context) -> Result:
 
 
 CHECKS = [
-    Check("stella-variance", "MixA Sec. 5.2, Theorems 5.1-5.3, Eqs. 4-7, Fig. 1",
+    ClaimCheck("stella-variance", "MixA Sec. 5.2, Theorems 5.1-5.3, Eqs. 4-7, Fig. 1",
           "with the scales √d and N the output variance of SteLLA and ReLU quadratic attention stays bounded as N "
           "grows; row-normalised ReLU linear attention is the unstable one", ("stella", "relu_linear", "relu_quadratic"),
           ("synthetic",), run_variance,
