@@ -140,6 +140,7 @@ def _records_of(title: str, records: list[Measurement]) -> list[Measurement]:
     """The records a table shows: those of the one setting its title names, else all of the source's."""
     settings = {r.setting for r in records}
     named = [s for s in settings if s and s in title]
+    named = [s for s in named if not any(s != o and s in o for o in named)]   # lra/tiny-long, not lra/tiny
     if len(named) == 1:
         return [r for r in records if r.setting == named[0]]
     return records
@@ -256,7 +257,8 @@ CSS = """
 html{-webkit-text-size-adjust:100%}
 body{margin:0 auto;max-width:1180px;padding:16px;color:var(--fg);background:#fff;
 font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
-h1{font-size:1.6em;margin:.2em 0}h2{font-size:1.3em;margin:1.6em 0 .3em;padding-top:.4em;border-top:2px solid var(--line)}
+h1{font-size:1.6em;margin:.2em 0}
+h2{font-size:1.3em;margin:1.6em 0 .3em;padding-top:.4em;border-top:2px solid var(--line)}
 h3{font-size:1.05em;margin:1.2em 0 .3em}h4{font-size:.98em;margin:0 0 .35em}
 h1,h2,h3,h4,p,li,dd,figcaption{overflow-wrap:anywhere}
 a{color:var(--acc)}
@@ -271,7 +273,8 @@ border-radius:10px;vertical-align:1px;background:var(--acc);color:#fff}
 table{border-collapse:collapse;font-size:.86em;font-variant-numeric:tabular-nums}
 th,td{padding:3px 8px;border-bottom:1px solid var(--line);vertical-align:top;text-align:left;white-space:nowrap}
 th.num,td.num{text-align:right}
-td:first-child{position:sticky;left:0;background:inherit;z-index:1;box-shadow:1px 0 0 var(--line)}tbody tr{background:#fff}
+td:first-child{position:sticky;left:0;background:inherit;z-index:1;box-shadow:1px 0 0 var(--line)}
+tbody tr{background:#fff}
 td.text{white-space:normal;min-width:14em;max-width:32em}
 thead th{background:var(--bg2)}
 thead th:first-child{position:sticky;left:0;z-index:2}
@@ -326,7 +329,7 @@ rows.forEach(function(r){body.appendChild(r);});});});});
 """
 
 
-_NUMBER = re.compile(r"^[-+−]?(\d|\.\d|inf|nan)", re.I)
+_NUMBER = re.compile(r"^[-+−]?(\d|\.\d|inf|nan)", re.IGNORECASE)
 
 
 def _numeric_columns(header: list[str], rows: list[list[object]]) -> list[bool]:
@@ -436,9 +439,10 @@ Tables marked <em>reported</em> are numbers printed in the papers, not measured 
 # --- markdown ----------------------------------------------------------------------------------------------------
 def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, bytes]]]:
     """The page as GitHub markdown and the PNG files it links (``fig_dir``/name, relative to the page)."""
-    lines = ["# attnbench report", "", f"Generated {report.generated}. Sources: {report.sources}. "
-             f"{report.n_tables} table(s), {report.n_figures} figure(s). Tables marked *reported* are numbers "
-             f"printed in the papers, not measured here.", ""]
+    intro = (f"Generated {report.generated}. Sources: {report.sources}. {report.n_tables} table(s), "
+             f"{report.n_figures} figure(s). Tables marked *reported* are numbers printed in the papers, not measured "
+             f"here.")
+    lines = ["# attnbench report", "", intro, ""]
     files: list[tuple[str, bytes]] = []
     used: set[str] = set()
     for s in report.sections:
@@ -447,7 +451,7 @@ def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, 
         for b in s.boards:
             title, header, rows, caption = b.table
             if b.reported:
-                title = f"reported (not measured by attnbench): {title}" if "reported" not in title else title
+                title = title if title.startswith("reported") else f"reported (not measured by attnbench): {title}"
             lines.append(tables.markdown_tables([(title, header, rows, caption)]))
             if b.provenance:
                 lines += ["Provenance:", ""] + [f"- **{k}**: {v}" for k, v in b.provenance] + [""]

@@ -160,13 +160,15 @@ def test_report_markdown(tmp_path):
     for s in committed_suites():
         assert f"\n## {s}\n" in text
     # every table (#### title, then a markdown table) and every figure link, each figure a PNG file beside the page
-    assert len(re.findall(r"^#### (?!Figures: )", text, flags=re.M)) == written.tables
+    assert len(re.findall(r"^#### (?!Figures: )", text, flags=re.MULTILINE)) == written.tables
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == written.figures == len(written.files) > 0
     for link in links:
         p = out.parent / unquote(link)
         assert p.is_file() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "reported" in text and 0 < written.reported < written.tables and text.count("Provenance:") == written.tables - written.reported
+    assert 0 < written.reported < written.tables
+    assert len(re.findall(r"^#### reported", text, flags=re.MULTILINE)) == written.reported   # labelled as such
+    assert text.count("Provenance:") == written.tables - written.reported   # under every measured table
 
 
 def test_report_escapes_everything(tmp_path):
@@ -209,3 +211,24 @@ def test_report_command(tmp_path):
     res = runner.invoke(app, ["report", "--out", str(tmp_path / "r.html"), "--suite", suite, "--no-store"])
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and (tmp_path / "r.html").read_text().count(f'id="suite-{suite}"') == 1
+
+
+def test_provenance_of_a_table():
+    """A table's provenance: each machine with the GFLOP/s measured on it, commits with the dirty flag, packages;
+    only the records of the setting its title names."""
+    from attnbench.store import Measurement
+
+    def rec(setting, name, gflops, commit, dirty):
+        metrics = {"matmul_fp32_gflops": gflops} if gflops else {}
+        return Measurement(suite="s", task="t", setting=setting, attention="softmax", status="ok", device="cpu",
+                           device_name=name, metrics=metrics, git_commit=commit, git_dirty=dirty,
+                           packages={"torch": "2.14.1"}, ended_at="2026-11-25T06:00:00+00:00")
+
+    recs = [rec("s/tiny", "CPU A", 101.0, "a" * 40, True), rec("s/tiny-long", "CPU B", None, "b" * 40, False)]
+    rows = dict(reportpage.provenance_rows(recs))
+    assert "CPU A, fp32 matmul 101 GFLOP/s" in rows["machine"]
+    assert "CPU B (matmul GFLOP/s not recorded)" in rows["machine"]
+    assert "a" * 40 + " (dirty tree)" in rows["commit"] and "torch 2.14.1" in rows["packages"]
+    assert reportpage._records_of("board — s/tiny-long · cpu", recs) == recs[1:]
+    assert reportpage._records_of("board — s/tiny · cpu", recs) == recs[:1]
+    assert reportpage._records_of("board of everything", recs) == recs
