@@ -1,6 +1,7 @@
-"""What every command of the CLI shares: the console, the one-line error exit, and the options that every
-suite's ``run`` command takes (defined once here, so no suite copies them). Torch-free: imported by every
-invocation, including ``--help``.
+"""What every command of the CLI shares: the console, the one-line error exit, the options that every suite's
+``run`` command takes (declared once here by :func:`run_command`, so no suite copies them) and the one path from
+them to a launcher, torchrun or this process (:func:`finish`). Torch-free: imported by every invocation, including
+``--help``.
 """
 
 from __future__ import annotations
@@ -37,23 +38,122 @@ def flag(default: bool, *names: str, help: str):
     return typer.Option(default, *names, metavar="", help=help)
 
 
-# The options every suite's run command has. typer reads these OptionInfo objects as metadata, so one object
-# may serve as the default of a parameter in several commands.
+# The options of the store and the rerun: every run command has them (through run_command), and so do other
+# commands that write the store (eval). typer reads these OptionInfo objects as metadata, so one object may serve
+# as the default of a parameter in several commands.
 DB = typer.Option(None, "--db", help=DB_HELP)
 FORCE = flag(False, "--force", help="rerun cells already finished in the store (from scratch)")
-SEED = typer.Option(0, "--seed", help="seed of model init, data order and dropout")
-NPROC = typer.Option(1, "--nproc", help="processes on this machine: re-runs this command under torchrun "
-                     "(DDP, or FSDP2 where the suite's train config says strategy = fsdp; gloo on CPU, NCCL on "
-                     "CUDA)")
-SHARD = typer.Option(None, "--shard", help="K/N: run only the K-th of N deterministic parts of the cells "
-                     "(K = 1..N), e.g. one job of an array; merge the stores with `attnbench ingest`")
-LAUNCHER = typer.Option("local", "--launcher", help="local (this process), slurm (submitit: --jobs jobs, one "
-                        "shard and one store each under --out/jobs; merge with `attnbench ingest`) or "
-                        "submitit-local (the same jobs as local processes; waits and merges into --db)")
-JOBS = typer.Option(1, "--jobs", help="with --launcher slurm: number of jobs (shards) to submit")
-PARTITION = typer.Option(None, "--partition", help="with --launcher slurm: the Slurm partition")
-GPUS = typer.Option(0, "--gpus-per-job", help="with --launcher slurm: GPUs per job")
-TIMEOUT_MIN = typer.Option(240, "--job-minutes", help="with --launcher slurm: time limit of each job")
+
+
+def _shared_options(suite: str) -> list[tuple[str, Any, Any]]:
+    """``(parameter, type, typer.Option)`` of every option a suite's ``run`` command shares (see
+    :func:`run_command`); only ``--out``'s help names the suite."""
+    return [
+        ("seed", Optional[int], typer.Option(None, "--seed", help="seed of model init, data order and dropout "
+                                             "(default 0)")),
+        ("seeds", Optional[str], typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2: the run "
+                                              "once per seed (instead of --seed)")),
+        ("force", bool, FORCE),
+        ("db", Optional[str], DB),
+        ("out", Optional[str], typer.Option(None, "--out", help="work directory: checkpoints, data caches, "
+                                            f"figures, job stores (default: results/runs/{suite})")),
+        ("nproc", int, typer.Option(1, "--nproc", help="processes on this machine: re-runs this command under "
+                                    "torchrun (DDP, or FSDP2 where the suite's train config says strategy = fsdp; "
+                                    "gloo on CPU, NCCL on CUDA)")),
+        ("shard", Optional[str], typer.Option(None, "--shard", help="K/N: run only the K-th of N deterministic "
+                                              "parts of the cells (K = 1..N), e.g. one job of an array; merge the "
+                                              "stores with `attnbench ingest`")),
+        ("launcher", str, typer.Option("local", "--launcher", help="local (this process), slurm (submitit: --jobs "
+                                       "jobs, one shard and one store each under --out/jobs; merge with "
+                                       "`attnbench ingest`) or submitit-local (the same jobs as local processes; "
+                                       "waits and merges into --db)")),
+        ("jobs", int, typer.Option(1, "--jobs", help="with --launcher slurm: number of jobs (shards) to submit")),
+        ("partition", Optional[str], typer.Option(None, "--partition", help="with --launcher slurm: the Slurm "
+                                                  "partition")),
+        ("gpus_per_job", int, typer.Option(0, "--gpus-per-job", help="with --launcher slurm: GPUs per job")),
+        ("job_minutes", int, typer.Option(240, "--job-minutes", help="with --launcher slurm: time limit of each "
+                                          "job")),
+        ("threads", Optional[int], typer.Option(None, "--threads", help="torch threads of the run, set once "
+                                                "before any cell and recorded with every result (default: "
+                                                "torch's, i.e. OMP_NUM_THREADS or the cores; 0: the same)")),
+        ("plugin", Optional[list[str]], typer.Option(None, "--plugin", metavar="SRC", help="load attention mechanisms from SRC "
+                                                     "(a module, a .py file or a folder) before any --attn is "
+                                                     "read; repeatable")),
+    ]
+
+
+SHARED = tuple(name for name, _, _ in _shared_options(""))
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AttnbenchError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from None
+
+
+def run_options(*, seed: Optional[int] = None, seeds: Optional[str] = None, shard: Optional[str] = None,
+                plugin: Optional[list[str]] = None, argv: Optional[list[str]] = None, **rest: Any):
+    """The :class:`attnbench.runctx.RunOptions` of the shared options as typer passes them (text as typed)."""
+    from .runctx import RunOptions
+    from .sweep import LAUNCHERS, parse_shard
+
+    if seed is not None and seeds is not None:
+        raise AttnbenchError("--seed and --seeds: give one (--seeds 0,1,2 runs every seed, --seed 1 one)")
+    if rest.get("launcher", "local") not in LAUNCHERS:
+        raise AttnbenchError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {rest['launcher']!r}")
+    return RunOptions(seed=seed, seeds=_parse_seeds(seeds) if seeds is not None else None, shard=parse_shard(shard),
+                      plugins=list(plugin or []), argv=list(sys.argv) if argv is None else argv, **rest)
+
+
+def run_command(*, suite: str, one_process: Optional[str] = None) -> Callable[[Callable], Callable]:
+    """Declare a suite's ``run`` command: the decorated function takes its own options plus ``opts`` (a
+    :class:`attnbench.runctx.RunOptions`); the command gets every shared option (``--seed``, ``--seeds``,
+    ``--force``, ``--db``, ``--out``, ``--nproc``, ``--shard``, ``--launcher``, ``--jobs``, ``--partition``,
+    ``--gpus-per-job``, ``--job-minutes``, ``--threads``, ``--plugin``) after its own, from this one declaration.
+    The options are parsed and checked (one-line errors) and ``--plugin`` sources are loaded before the function
+    runs, so its specs may name plug-in mechanisms. ``one_process``: why the suite cannot use ``--nproc`` (it is
+    then an error above 1)."""
+    import functools
+    import inspect
+    import typing
+
+    shared = _shared_options(suite)
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+        if "opts" not in sig.parameters:
+            raise TypeError(f"{fn.__qualname__}: a run command takes opts (the shared run options)")
+        clash = [p for p in sig.parameters if p in SHARED]
+        if clash:
+            raise TypeError(f"{fn.__qualname__}: {', '.join(clash)} are shared run options (drop them)")
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+               if p.name != "opts"]
+        params = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=tp)
+                        for name, tp, info in shared]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in SHARED}
+            try:
+                opts = run_options(**given)
+                if one_process and opts.nproc > 1:
+                    raise AttnbenchError(f"--nproc {opts.nproc}: {one_process}")
+                if opts.plugins:  # before any spec of the command is parsed
+                    from . import plugins
+
+                    plugins.activate(opts.plugins)
+            except (AttnbenchError, ValueError, OSError, ImportError) as e:
+                fail(str(e))
+            return fn(**kwargs, opts=opts)
+
+        del command.__wrapped__  # typer must read the signature below, not the function's
+        command.__signature__ = sig.replace(parameters=params)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
 
 
 def argv_tail() -> list[str]:
@@ -61,29 +161,29 @@ def argv_tail() -> list[str]:
     return list(sys.argv[1:])
 
 
-def dispatch(*, nproc: int, launcher: str, jobs: int, partition: Optional[str], gpus_per_job: int,
-             job_minutes: int, work: str, db: Optional[str] = None) -> Optional[int]:
-    """Where this command runs. ``--launcher slurm|submitit-local``: submit ``--jobs`` shards of this same
-    command line (each job its own store under ``WORK/jobs``) and return 0 (merging the jobs' stores into ``db``
-    when they are waited for); ``--nproc N > 1`` outside torchrun: rerun it under torchrun and return its exit code;
-    else None: the caller runs the work in this process."""
+def dispatch(opts, *, work) -> Optional[int]:
+    """Where this command runs, by its :class:`attnbench.runctx.RunOptions`. ``--launcher slurm|submitit-local``:
+    submit ``--jobs`` shards of this same command line (each job its own store under ``WORK/jobs``) and return 0
+    (merging the jobs' stores into ``--db`` when they are waited for); ``--nproc N > 1`` outside torchrun: rerun
+    it under torchrun and return its exit code; else None: the caller runs the work in this process."""
     from pathlib import Path
 
     from .train.dist import relaunch_under_torchrun
 
-    if launcher != "local":
+    if opts.launcher != "local":
         from .store import Store, ingest
         from .sweep import launch_jobs
 
         folder = Path(work) / "jobs"
-        dbs = launch_jobs(argv_tail(), jobs=jobs, folder=folder, launcher=launcher, partition=partition,
-                          gpus_per_job=gpus_per_job, minutes=job_minutes, console=console)
-        if launcher == "submitit-local":  # waited for: merge the shards' stores into this command's store
-            with Store(db) as store:
+        dbs = launch_jobs(argv_tail(), jobs=opts.jobs, folder=folder, launcher=opts.launcher,
+                          partition=opts.partition, gpus_per_job=opts.gpus_per_job, minutes=opts.job_minutes,
+                          console=console)
+        if opts.launcher == "submitit-local":  # waited for: merge the shards' stores into this command's store
+            with Store(opts.db) as store:
                 for path in dbs:
                     console.print(ingest(str(path), store))
         return 0
-    return relaunch_under_torchrun(nproc, argv_tail(), console=console)
+    return relaunch_under_torchrun(opts.nproc, argv_tail(), console=console)
 
 
 def machine_line() -> None:
@@ -99,29 +199,35 @@ def machine_line() -> None:
         console.print(escape(provenance.machine_line(provenance.machine())))
 
 
-def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str],
-           launch: Optional[dict] = None) -> None:
-    """The end of every suite's ``run`` command: with ``launch`` (the keyword arguments of :func:`dispatch`),
-    hand the command line to a launcher or torchrun when asked, else ``run()`` here (a sweep summary); then print
-    the suite's table of ``setting`` and exit with the run's code. A torchrun worker exits without the table
-    (the launching process prints it). Bad input or data: one line, no traceback."""
+def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str] = None, opts=None,
+           machine: bool = True, table: bool = True) -> None:
+    """The end of every suite's ``run`` command, the one path from the options to where the work runs: with
+    ``opts`` (the shared :class:`attnbench.runctx.RunOptions`), hand the command line to a launcher or torchrun
+    when asked (:func:`dispatch`), else ``run()`` here (it returns a sweep summary or an exit code); then print the suite's table of
+    ``setting`` and exit with the run's code. A torchrun worker exits without the table (the launching process
+    prints it). ``machine`` / ``table``: print the machine line before and the table after (off for a suite that
+    prints its own). Bad input or data: one line, no traceback."""
     from .store import check_writable
     from .train.dist import under_torchrun
 
+    db = opts.db if opts is not None else db
     try:
         check_writable(db)  # before any data is generated or any cell trains
-        rc = dispatch(db=db, **launch) if launch else None
+        rc = dispatch(opts, work=opts.work(suite)) if opts is not None else None
         if rc is None:
-            machine_line()
+            if machine:
+                machine_line()
             summary = run()
+            code = summary if isinstance(summary, int) else summary.exit_code()
             if under_torchrun():
-                raise typer.Exit(code=summary.exit_code())
-            rc = summary.exit_code()
+                raise typer.Exit(code=code)
+            rc = code
     except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store
         fail(str(e))
-    from . import tables
+    if table:
+        from . import tables
 
-    console.print()
-    tables.table(suite, db=db, setting=setting, console=console)
+        console.print()
+        tables.table(suite, db=db, setting=setting, console=console)
     if rc:
         raise typer.Exit(code=rc)

@@ -9,8 +9,10 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 
+@clikit.run_command(suite="adala")
 def run_command(
     attn: str = typer.Option("linear", "--attn", help="student attention spec(s), comma-separated: linear (ELU+1, "
                              "the paper's) or any registered linear attention (nala, mirrorla, ...)"),
@@ -31,26 +33,11 @@ def run_command(
                                 "(trained first if absent)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="the vision preset's image directory (not "
                                            "needed for tiny)"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints, stage weights, models "
-                                      "(default: results/runs/adala)"),
-    nproc: int = clikit.NPROC,
-    shard: Optional[str] = clikit.SHARD,
-    launcher: str = clikit.LAUNCHER,
-    jobs: int = clikit.JOBS,
-    partition: Optional[str] = clikit.PARTITION,
-    gpus_per_job: int = clikit.GPUS,
-    job_minutes: int = clikit.TIMEOUT_MIN,
+    *, opts: RunOptions,
 ) -> None:
     """Linearise a softmax ViT into a linear attention in ViT-AdaLA's three stages; beside the teacher and the
     from-scratch model: accuracy after every stage, loss curves, speed and memory."""
-    import sys
-
     from attnbench.spec import parse_specs
-    from attnbench.store import project_root
-    from attnbench.sweep import parse_shard
 
     if smoke:
         if data_dir is not None or teacher is not None:
@@ -59,28 +46,24 @@ def run_command(
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(attentions=parse_specs(attn), preset=preset, seed=seed, db=db, out=out, console=console)
+            rc = run_smoke(attentions=parse_specs(attn), preset=preset, seed=opts.only_seed(), db=opts.db,
+                           out=opts.out, console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
     try:
         specs = parse_specs(attn)
-        shard_kn = parse_shard(shard)
         from .config import load_preset, parse_stages
 
         parse_stages(stages)
         pre = load_preset(preset)
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    work = out or str(project_root() / "results" / "runs" / "adala")
 
     def run():
         from .pipeline import run_adala
 
         return run_adala(attentions=specs, preset=pre, stages=stages, ablation=ablation, teacher=teacher,
-                         scratch=scratch, data_dir=data_dir, seed=seed, force=force, db=db, out=out, shard=shard_kn,
-                         console=console, argv=sys.argv)
+                         scratch=scratch, data_dir=data_dir, opts=opts, console=console)
 
-    clikit.finish(run, suite="adala", setting=pre.key, db=db,
-                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))
+    clikit.finish(run, suite="adala", setting=pre.key, opts=opts)

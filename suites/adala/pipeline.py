@@ -63,16 +63,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import (Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, default_device,
-                             init_dist, shutdown, step_seed, train)
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.train import Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, step_seed, train
 
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
 
 SUITE = "adala"
 StageHooks = Union[TrainHooks, Callable[[str, int], TrainHooks]]
-DEFAULT_WORK = Path("results") / "runs" / "adala"
 MAX_CURVE = 500  # points of a stage's recorded training-loss curve (every k-th step beyond that)
 
 
@@ -522,21 +521,23 @@ def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, *, db, out, seed: i
 # --- the runner -----------------------------------------------------------------------------------------------
 def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaPreset = "tiny",
               stages: str | Sequence[int] | None = "1,2,3", ablation: bool = False, teacher: Optional[str] = None,
-              scratch: bool = True, data_dir: Optional[str] = None, seed: int = 0, force: bool = False,
-              db: Optional[str] = None, out: Optional[str] = None, shard: Optional[tuple[int, int]] = None,
-              console=None, argv: Optional[list[str]] = None, progress: bool = True,
-              hooks: Optional[StageHooks] = None, vision=None, eval_limit: Optional[int] = None) -> SweepSummary:
+              scratch: bool = True, data_dir: Optional[str] = None, opts: Optional[RunOptions] = None, console=None,
+              progress: bool = True, hooks: Optional[StageHooks] = None, vision=None,
+              eval_limit: Optional[int] = None, **fields) -> SweepSummary:
     """Linearise the teacher into each attention spec by the given stages (or Table 3's stage sets with
-    ``ablation``), beside the teacher and the from-scratch model; see the module docstring. ``vision``: a
-    vision preset in place of the preset's (smoke runs); ``eval_limit``: validation and test cut short."""
-    from rich.console import Console
+    ``ablation``), beside the teacher and the from-scratch model; see the module docstring. ``opts``: the shared
+    run options (or single ``fields`` of them, e.g. ``db=``, ``out=``, ``seed=``). ``vision``: a vision preset in
+    place of the preset's (smoke runs); ``eval_limit``: validation and test cut short."""
     from rich.markup import escape
 
-    from attnbench.store import project_root
     from attnbench.suites.vision.teacher import get_teacher
     from attnbench.suites.vision.train import load_splits, tokens_of
 
-    console = console or Console()
+    opts = run_options(opts, **fields)
+    seed = opts.only_seed()
+    db = opts.db
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
+    console = run.console
     specs = as_specs(attentions)
     if not specs:
         raise AttnbenchError("give at least one student attention (--attn linear,nala,...)")
@@ -552,11 +553,8 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
         spec.with_defaults(vpre.options_for(spec.name)).check_builds(heads=size.heads,
                                                                       head_dim=size.embed_dim // size.heads,
                                                                       seq_len=tokens_of(vpre))
-    device = default_device()
-    if any(pre.stage(k).precision != "fp32" for k in (1, 2, 3)) and device.type != "cuda":
-        raise AttnbenchError(f"preset {pre.name}: a stage's precision is autocast on CUDA only and this machine "
-                             f"has no GPU; copy the preset and set precision = \"fp32\"")
-    work = Path(out) if out else project_root() / DEFAULT_WORK
+    device = run.device
+    work = run.work
     vision_out = str(work / "vision")
     splits = load_splits(vpre, data_dir, eval_limit=eval_limit)
     # the teacher and the from-scratch models come from the vision suite (trained there first when absent);
@@ -566,14 +564,13 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     scratch_w = ({s.label: get_scratch(pre, vpre, s, db=db, out=vision_out, seed=seed, console=console,
                                        data_dir=data_dir, eval_limit=eval_limit)
                   for s in specs} if scratch else {})
-    dist = init_dist(device)
-    try:
-        say = console.print if dist.main else (lambda *a, **k: None)
+    with run:
+        dist = run.dist
         top1 = f", test top-1 {100 * t.test_top1:.1f}%" if t.test_top1 is not None else ""
-        say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): teacher {escape(str(t.path))} "
-            f"({t.origin}{top1}); students {', '.join(s.label for s in specs)}; stages "
-            f"{', '.join(stages_label(s) for s in stage_sets)}; seed {seed}, device {device}"
-            + (f", {dist.world} processes" if dist.enabled else ""))
+        run.say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): teacher {escape(str(t.path))} "
+                f"({t.origin}{top1}); students {', '.join(s.label for s in specs)}; stages "
+                f"{', '.join(stages_label(s) for s in stage_sets)}; seed {seed}, device {device}"
+                + (f", {dist.world} processes" if dist.enabled else ""))
         cells = plan_cells(pre, vpre, specs, stage_sets, seed=seed, device=device.type,
                            data_fingerprint=splits.fingerprint, teacher_id=_file_id(t.path), scratch=scratch_w)
         config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key, "vision_preset": vpre.name,
@@ -585,11 +582,7 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
             return run_cell(cell, ctx, teacher=t.model, pre=pre, vpre=vpre, splits=splits, device=device,
                             work=work, hooks=hooks)
 
-        return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
-                         threads=torch.get_num_threads(), force=force, shard=shard, console=console,
-                         progress=progress, argv=argv, dist=dist, describe=_line)
-    finally:
-        shutdown(dist)
+        return run.sweep(cells, one, setting=pre.key, config=config, describe=_line)
 
 
 def _line(o: Outcome) -> str:

@@ -9,43 +9,37 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 from .leaderboard import ORDER
 
 
+@clikit.run_command(suite="claims", one_process="the claims measure each mechanism in this one process; "
+                    "split the checks over processes or jobs with --shard or --launcher instead")
 def run_command(
     attn: Optional[str] = typer.Option(None, "--attn", help="the mechanisms each check includes (of those it can "
                                        "measure; default: each check's own list). " + clikit.ATTN_HELP),
     only: Optional[str] = typer.Option(None, "--only", help="comma-separated check names to run (default: all): "
                                        + ", ".join(ORDER)),
     skip: Optional[str] = typer.Option(None, "--skip", help="comma-separated check names to leave out"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="folder of the figures (default: results/runs/claims, "
-                                      "gitignored)"),
     update_committed: bool = clikit.flag(False, "--update-committed", help="write the figures over the committed "
                                          "ones in results/claims (refreshing the reference results; then export "
                                          "the records as results/claims/README.md says)"),
-    shard: Optional[str] = clikit.SHARD,
     smoke: bool = clikit.flag(False, "--smoke", help="every selected check through the runner on its smallest "
                               "inputs (figures, records, verdicts), into a temporary store and folder unless "
                               "--db / --out"),
+    *, opts: RunOptions,
 ) -> None:
     """Each paper's mechanism-level argument measured on attnbench's implementations: one statistic per (check,
     mechanism, input), a criterion stated before measuring, a verdict (holds / fails / inconclusive) and a figure."""
-    import sys
-
     from attnbench.spec import parse_specs
-    from attnbench.sweep import parse_shard
 
     try:
         specs = parse_specs(attn) if attn is not None else None
-        shard_kn = parse_shard(shard)
         from .runner import SETTING, select_checks
 
         select_checks(only, skip)  # unknown names fail here, before any work
-        if out and update_committed:
+        if opts.out and update_committed:
             raise AttnbenchError("--out and --update-committed: give one (--update-committed writes the figures to "
                                  "results/claims)")
     except (AttnbenchError, ValueError, OSError) as e:
@@ -54,7 +48,8 @@ def run_command(
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(attentions=specs, only=only, skip=skip, seed=seed, db=db, out=out, console=console)
+            rc = run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db, out=opts.out,
+                           console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
@@ -62,8 +57,7 @@ def run_command(
     def run():
         from .runner import run_claims
 
-        return run_claims(attentions=specs, only=only, skip=skip, seed=seed, force=force, db=db, out=out,
-                          shard=shard_kn, console=console, argv=sys.argv,
+        return run_claims(attentions=specs, only=only, skip=skip, opts=opts, console=console,
                           update_committed=update_committed)
 
-    clikit.finish(run, suite="claims", setting=SETTING, db=db)
+    clikit.finish(run, suite="claims", setting=SETTING, opts=opts)

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.tables import slug
 from attnbench.spec import AttentionSpec, parse_spec
 from attnbench.store import point_hash
-from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, run_sweep
+from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary
 
 SUITE = "claims"
 SETTING = "claims/cpu"
 VERSION = 1  # of the measurements: bump when a check's code changes what it measures
-DEFAULT_OUT = Path("results") / "runs" / "claims"   # a user's figures: gitignored, never the committed ones
 COMMITTED_OUT = Path("results") / "claims"          # the committed figures: written only with --update-committed
 
 
@@ -125,17 +125,20 @@ def _line(o: Outcome) -> str:
 
 
 def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Optional[str] = None,
-               skip: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
-               out: Optional[str] = None, shard=None, console=None, argv=None, progress: bool = True,
-               update_committed: bool = False) -> SweepSummary:
-    """Plan and run the claims cells (see the module docstring). Figures go to ``out``, else
-    ``results/runs/claims`` (gitignored); ``update_committed`` writes them over the committed ``results/claims``."""
+               skip: Optional[str] = None, opts: Optional[RunOptions] = None, console=None, progress: bool = True,
+               update_committed: bool = False, **fields) -> SweepSummary:
+    """Plan and run the claims cells (see the module docstring). ``opts``: the shared run options (or single
+    ``fields`` of them, e.g. ``db=``, ``out=``, ``seed=``). Figures go to ``out``, else ``results/runs/claims``
+    (gitignored); ``update_committed`` writes them over the committed ``results/claims``."""
     import torch
 
     from attnbench.store import project_root
 
     from .inputs import find_teacher, no_teacher_reason
 
+    opts = run_options(opts, **fields)
+    seed, db, out = opts.only_seed(), opts.db, opts.out
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     checks = select_checks(only, skip)
     teacher = find_teacher(db, seed)
     cells = plan_cells(checks, attentions, seed=seed, teacher=teacher)
@@ -146,7 +149,7 @@ def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Op
     if out and update_committed:
         raise AttnbenchError("--out and --update-committed: give one (--update-committed writes the figures to "
                              f"{COMMITTED_OUT})")
-    out_dir = Path(out) if out else project_root() / (COMMITTED_OUT if update_committed else DEFAULT_OUT)
+    out_dir = project_root() / COMMITTED_OUT if update_committed else run.work  # a user's figures: gitignored
     reason = no_teacher_reason(db)
     if console is not None:
         console.print(f"[bold]{SETTING}[/]: {len(cells)} cell(s) of {len(checks)} check(s); real inputs: "
@@ -154,7 +157,6 @@ def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Op
     config = {"checks": [c.name for c in checks], "attentions": [s.label for s in attentions] if attentions else None,
               "seed": seed, "teacher": teacher.ident if teacher else None, "version": VERSION}
     torch.manual_seed(seed)
-    return run_sweep(cells, lambda c, ctx: run_cell(c, ctx, out=out_dir, teacher=teacher, no_teacher=reason),
-                     suite=SUITE, setting=SETTING, db=db, config=config, device="cpu",
-                     threads=torch.get_num_threads(), force=force, shard=shard, console=console, progress=progress,
-                     argv=argv, describe=_line)
+    # every check measures on the CPU in this one process (no process group)
+    return run.sweep(cells, lambda c, ctx: run_cell(c, ctx, out=out_dir, teacher=teacher, no_teacher=reason),
+                     setting=SETTING, config=config, device="cpu", dist=None, describe=_line)

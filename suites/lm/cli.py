@@ -9,12 +9,14 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 ATTN_HELP = ("LM variants, comma-separated: LAYER[+MAP][:key=value...], LAYER deltanet | gated_deltanet, MAP a "
              "registered feature map (default silu, the published layers; nala), options qk_norm=l2|k|none, "
              "key_width=double|match, use_short_conv, conv_size, use_gate, chunk_size, or the map's own (lam, tau)")
 
 
+@clikit.run_command(suite="lm")
 def run_command(
     attn: str = typer.Option("deltanet,deltanet+nala,gated_deltanet,gated_deltanet+nala", "--attn", help=ATTN_HELP),
     preset: str = typer.Option("tiny", "--preset", help="tiny (offline: Python stdlib source, CPU minutes), 340m "
@@ -27,31 +29,14 @@ def run_command(
                               "tasks), then the full run's cost on an H100; temporary store and files unless "
                               "--db / --out"),
     no_eval: bool = clikit.flag(False, "--no-eval", help="train only (evaluate later with `attnbench eval lm`)"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="work directory: corpus cache, checkpoints, trained "
-                                      "models (default: results/runs/lm)"),
-    nproc: int = clikit.NPROC,
-    shard: Optional[str] = clikit.SHARD,
-    launcher: str = clikit.LAUNCHER,
-    jobs: int = clikit.JOBS,
-    partition: Optional[str] = clikit.PARTITION,
-    gpus_per_job: int = clikit.GPUS,
-    job_minutes: int = clikit.TIMEOUT_MIN,
+    *, opts: RunOptions,
 ) -> None:
     """Train DeltaNet / Gated DeltaNet language models with each feature map on the same tokens, then score them
     with lm-eval (held-out perplexity and multiple choice offline; the paper's tasks where the hub is reachable)."""
-    import sys
-
-    from attnbench.store import project_root
-    from attnbench.sweep import parse_shard
-
     from .config import load_preset, parse_variants
 
     try:
         variants = parse_variants(attn)
-        shard_kn = parse_shard(shard)
         pre = load_preset(preset)
         for v in variants:
             pre.model_config(v, 256)
@@ -63,18 +48,14 @@ def run_command(
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(pre, variants, seed=seed, db=db, out=out, console=console)
+            rc = run_smoke(pre, variants, seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
-    work = out or str(project_root() / "results" / "runs" / "lm")
 
     def run():
         from .train import run_lm
 
-        return run_lm(variants=variants, preset=preset, data=data, seed=seed, force=force, db=db, out=out,
-                      shard=shard_kn, console=console, argv=sys.argv, evaluate=not no_eval)
+        return run_lm(variants=variants, preset=pre, data=data, opts=opts, console=console, evaluate=not no_eval)
 
-    clikit.finish(run, suite="lm", setting=pre.key, db=db,
-                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))
+    clikit.finish(run, suite="lm", setting=pre.key, opts=opts)

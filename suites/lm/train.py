@@ -24,15 +24,15 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import AttnbenchError
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, default_device, init_dist, shutdown, train
+from attnbench.runctx import RunContext, RunOptions, run_options
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, train
 from attnbench.train.memory import PeakMeter
 
 from .config import LMPreset, Variant, load_preset
 from .data import Corpus, DataConfig, load_corpus
 
 SUITE = "lm"
-DEFAULT_WORK = Path("results") / "runs" / "lm"
 HooksFor = Callable[[str], TrainHooks]
 
 
@@ -184,34 +184,30 @@ def _check_fla_shapes(pre: LMPreset, variants: Sequence[Variant], device: torch.
                                  f"(the baseline's state size) or with smaller heads")
 
 
-def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optional[str] = None, seed: int = 0,
-           force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
-           shard: Optional[tuple[int, int]] = None, console=None, argv: Optional[list[str]] = None,
-           evaluate: bool = True, hooks: Optional[HooksFor] = None, progress: bool = True) -> SweepSummary:
-    from rich.console import Console
-
-    from attnbench.store import project_root
-
-    console = console or Console()
+def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optional[str] = None,
+           opts: Optional[RunOptions] = None, console=None, evaluate: bool = True, hooks: Optional[HooksFor] = None,
+           progress: bool = True, **fields) -> SweepSummary:
+    """Train every variant of ``preset`` on its corpus (``data`` in place of the preset's), then score the trained
+    models with lm-eval (``evaluate``). ``opts``: the shared run options (or single ``fields`` of them, e.g.
+    ``db=``, ``out=``, ``seed=``)."""
+    opts = run_options(opts, **fields)
+    seed = opts.only_seed()
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
+    console = run.console
     pre = with_data(preset if isinstance(preset, LMPreset) else load_preset(preset), data)
     for v in variants:  # every model option checked (trial config) before any data is read
         pre.model_config(v, 256)
-    work = Path(out) if out else project_root() / DEFAULT_WORK
-    device = default_device()
-    if pre.train.precision != "fp32" and device.type != "cuda":
-        raise AttnbenchError(f"{pre.path}: precision {pre.train.precision!r} is autocast on CUDA only and this machine "
-                             f"has no GPU; use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    work = run.work
+    device = run.device
     _check_fla_shapes(pre, variants, device)
-    dist = init_dist(device)
-    try:
-        if dist.main:
-            console.print(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · {pre.train.steps} steps × "
-                          f"{pre.train.batch_size} × {pre.data.seq_len} tokens · {device}"
-                          + (f" · {dist.world} processes" if dist.enabled else ""))
+    with run:
+        dist = run.dist
+        run.say(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · {pre.train.steps} steps × "
+                f"{pre.train.batch_size} × {pre.data.seq_len} tokens · {device}"
+                + (f" · {dist.world} processes" if dist.enabled else ""))
         corpus = load_corpus(pre.data, work / "data", console=console if dist.main else None)
-        if dist.main:
-            console.print(f"[dim]corpus: {corpus.description}; {len(corpus.train):,} training tokens, vocabulary "
-                          f"{corpus.vocab_size}, unigram entropy {corpus.unigram_entropy():.3f} nats/token[/]")
+        run.say(f"[dim]corpus: {corpus.description}; {len(corpus.train):,} training tokens, vocabulary "
+                f"{corpus.vocab_size}, unigram entropy {corpus.unigram_entropy():.3f} nats/token[/]")
         cells = plan_cells(pre, variants, seed=seed, device=device.type, corpus_fp=corpus.fingerprint)
         config = {"preset": pre.name, "variants": [v.label for v in variants], "world_size": dist.world,
                   **pre.identity()}
@@ -219,14 +215,10 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
         def one(cell: Cell, ctx: CellContext) -> CellResult:
             return run_cell(cell, ctx, corpus=corpus, pre=pre, device=device, work=work, hooks=hooks)
 
-        summary = run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
-                            threads=torch.get_num_threads(), force=force, shard=shard, console=console,
-                            progress=progress, argv=argv, dist=dist, describe=_line)
-    finally:
-        shutdown(dist)
+        summary = run.sweep(cells, one, setting=pre.key, config=config, describe=_line)
     if not (evaluate and pre.eval.tasks and dist.main):
         return summary
-    return _evaluate_trained(summary, pre, db=db, force=force, console=console, device=device)
+    return _evaluate_trained(summary, pre, db=opts.db, force=opts.force, console=console, device=device)
 
 
 def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, console,

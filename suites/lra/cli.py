@@ -10,8 +10,10 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 
+@clikit.run_command(suite="lra")
 def run_command(
     attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (required; --smoke: default "
                                        "softmax)"),
@@ -25,36 +27,22 @@ def run_command(
                               "few examples written in the release formats: 3 steps at batch 2 on the CPU, a "
                               "checkpoint and a resume, then the full run's cost on an H100; temporary store "
                               "and files unless --db / --out"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints, generated data, job "
-                                      "stores (default: results/runs/lra)"),
-    nproc: int = clikit.NPROC,
-    shard: Optional[str] = clikit.SHARD,
-    launcher: str = clikit.LAUNCHER,
-    jobs: int = clikit.JOBS,
-    partition: Optional[str] = clikit.PARTITION,
-    gpus_per_job: int = clikit.GPUS,
-    job_minutes: int = clikit.TIMEOUT_MIN,
+    *, opts: RunOptions,
 ) -> None:
     """Train and evaluate attentions on the Long Range Arena; resumable; prints the leaderboard."""
-    import sys
     from pathlib import Path
 
     from attnbench.spec import parse_specs
-    from attnbench.store import project_root
-    from attnbench.sweep import parse_shard
 
+    task_list = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     if smoke:
         if data_dir is not None:
             fail("--smoke writes its own small data in the release formats; drop --data-dir")
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset,
-                           tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None, seed=seed,
-                           db=db, out=out, console=console)
+            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, tasks=task_list,
+                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
@@ -65,24 +53,18 @@ def run_command(
              f"cifar-10-batches-py/; without --data-dir the tiny preset generates its data)")
     try:
         specs = parse_specs(attn)
-        shard_kn = parse_shard(shard)
-        from .config import load_preset
+        from .train import resolve_preset
 
-        setting = load_preset(preset or ("skyformer" if data_dir else "tiny")).key
+        pre = resolve_preset(preset, data_dir, say=console.print)
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    work = out or str(project_root() / "results" / "runs" / "lra")
 
     def run():
         from .train import run_lra
 
-        return run_lra(attentions=specs, tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
-                       preset=preset, data_dir=data_dir, seed=seed, force=force, db=db, out=out, shard=shard_kn,
-                       console=console, argv=sys.argv)
+        return run_lra(attentions=specs, tasks=task_list, preset=pre, data_dir=data_dir, opts=opts, console=console)
 
-    clikit.finish(run, suite="lra", setting=setting, db=db,
-                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))
+    clikit.finish(run, suite="lra", setting=pre.key, opts=opts)
 
 
 def data_listops(out: str = typer.Option(..., "--out", help="directory; writes listops-1000/basic_*.tsv"),

@@ -35,17 +35,16 @@ import torch.nn.functional as F
 
 from attnbench import provenance
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import (Dist, TrainConfig, TrainHooks, TrainOrder, TrainTask, default_device, init_dist,
-                             shutdown, train)
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.train import Dist, TrainConfig, TrainHooks, TrainOrder, TrainTask, train
 from attnbench.train.memory import PeakMeter
 
 from . import data as lra_data
 from .config import PAIR_TASKS, TASKS, Preset, TaskConfig, load_preset
 
 SUITE = "lra"
-DEFAULT_WORK = Path("results") / "runs" / "lra"
 
 #: Where each task's real data goes (what a skip message tells the user).
 LAYOUT = {
@@ -402,10 +401,16 @@ def run_cell(cell: Cell, ctx: CellContext, *, data: TaskData, preset: Preset, de
 
 
 # ------------------------------------------------------------------------------------------------------ run
-def _resolve_preset(preset: Optional[str | Preset], data_dir: Optional[str]) -> Preset:
+def resolve_preset(preset: Optional[str | Preset], data_dir: Optional[str], say=None) -> Preset:
+    """``preset`` loaded (a :class:`Preset` as it is); without one: ``skyformer`` with ``data_dir`` (``say`` tells
+    the user so), else ``tiny``."""
     if isinstance(preset, Preset):
         return preset
-    return load_preset(preset or ("skyformer" if data_dir else "tiny"))
+    pre = load_preset(preset or ("skyformer" if data_dir else "tiny"))
+    if preset is None and data_dir and say is not None:
+        say(f"--data-dir without --preset: running the [bold]{pre.name}[/] preset (the published settings: long "
+            f"sequences, thousands of steps; hours on a CPU). Pass --preset tiny for the CPU smoke setting.")
+    return pre
 
 
 def check_tasks(pre: Preset, tasks: Optional[Sequence[str]]) -> list[str]:
@@ -422,43 +427,39 @@ def check_tasks(pre: Preset, tasks: Optional[Sequence[str]]) -> list[str]:
 
 
 def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequence[str]] = None,
-            preset: Optional[str | Preset] = None, data_dir: Optional[str] = None, seed: int = 0,
-            force: bool = False, db: Optional[str] = None, out: Optional[str] = None,
-            shard: Optional[tuple[int, int]] = None, console=None, hooks: Optional[HooksFor] = None,
-            argv: Optional[list[str]] = None, progress: bool = True, estimate: bool = True) -> SweepSummary:
+            preset: Optional[str | Preset] = None, data_dir: Optional[str] = None, opts: Optional[RunOptions] = None,
+            console=None, hooks: Optional[HooksFor] = None, progress: bool = True, estimate: bool = True,
+            **fields) -> SweepSummary:
     """Train and evaluate ``attentions`` x ``tasks`` of ``preset`` (default: ``tiny`` without ``data_dir``,
-    ``skyformer`` with it); see the module docstring. Under torchrun every rank calls this (DDP). ``estimate``:
-    time a few steps first and print the run's expected duration (the smoke, which is that run, does not)."""
-    from rich.console import Console
+    ``skyformer`` with it); see the module docstring. ``opts``: the shared run options (or single ``fields`` of
+    them, e.g. ``db=``, ``out=``, ``seed=``). Under torchrun every rank calls this (DDP). ``estimate``: time a few
+    steps first and print the run's expected duration (the smoke, which is that run, does not)."""
     from rich.markup import escape
 
-    from attnbench.store import project_root
-
-    console = console or Console()
+    opts = run_options(opts, **fields)
+    seed = opts.only_seed()
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
+    console = run.console
     specs = as_specs(attentions)
     if not specs:
         raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
-    pre = _resolve_preset(preset, data_dir)
-    if preset is None and data_dir:
-        console.print(f"--data-dir without --preset: running the [bold]{pre.name}[/] preset (the published "
-                      f"settings: long sequences, thousands of steps; hours on a CPU). Pass --preset tiny for the "
-                      f"CPU smoke setting.")
+    pre = resolve_preset(preset, data_dir, say=console.print)
     tasks = check_tasks(pre, tasks)
     for spec in specs:  # a value the mechanism refuses fails here, before any data or cell
         spec.with_defaults(pre.options_for(spec.name)).check_builds(heads=pre.model.heads,
                                                                      head_dim=pre.model.head_dim,
                                                                      seq_len=pre.task(tasks[0]).seq_len)
-    device = default_device()
-    dist = init_dist(device)
-    try:
+    device = run.device
+    with run:
+        dist = run.dist
         for t in tasks:
             if pre.task(t).batch_size % dist.world:
                 raise AttnbenchError(f"{t}: batch_size {pre.task(t).batch_size} does not split over "
                                      f"{dist.world} processes")
-        work = Path(out) if out else project_root() / DEFAULT_WORK
+        work = run.work
         cache = work / "data"
         dpath = Path(data_dir) if data_dir else None
-        say = console.print if dist.main else (lambda *a, **k: None)
+        say = run.say
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s) x "
             f"{len(tasks)} task(s), seed {seed}, device {device}" + (f", {dist.world} processes" if dist.enabled
                                                                      else ""))
@@ -485,11 +486,7 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
         def one(cell: Cell, ctx: CellContext) -> CellResult:
             return run_cell(cell, ctx, data=datas[cell.task], preset=pre, device=device, work=work, hooks=hooks)
 
-        return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
-                         threads=torch.get_num_threads(), force=force, shard=shard, console=console,
-                         progress=progress, argv=argv, dist=dist, describe=_line, skipped=skipped)
-    finally:
-        shutdown(dist)
+        return run.sweep(cells, one, setting=pre.key, config=config, describe=_line, skipped=skipped)
 
 
 def _prepare_all(pre: Preset, tasks: Sequence[str], dpath: Optional[Path], cache: Path, console,

@@ -9,8 +9,10 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 
+@clikit.run_command(suite="mixa")
 def run_command(
     teacher: Optional[str] = typer.Option(None, "--teacher", help="the softmax ViT to start from (a timm / DeiT / "
                                           "torch state dict of the vision preset's size); default: the vision "
@@ -25,18 +27,10 @@ def run_command(
                               "H100; temporary store and files unless --db / --out"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="the vision preset's data folder (not needed "
                                            "for tiny)"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints (default: results/runs/mixa)"),
-    shard: Optional[str] = clikit.SHARD,
+    *, opts: RunOptions,
 ) -> None:
     """MixA: score the teacher's layers (Eq. 3), keep the top-k quadratic, the rest SteLLA; KD fine-tune the mix
     and its controls (all-SteLLA, last-k, random-k) from the teacher; accuracy, speed, memory."""
-    import sys
-
-    from attnbench.sweep import parse_shard
-
     if smoke:
         if data_dir is not None or teacher is not None:
             fail("--smoke trains its own teacher on small data it writes in the preset's format; drop "
@@ -44,12 +38,11 @@ def run_command(
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(preset=preset, k=k, seed=seed, db=db, out=out, console=console)
+            rc = run_smoke(preset=preset, k=k, seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
     try:
-        shard_kn = parse_shard(shard)
         from .config import load_preset
 
         pre = load_preset(preset)
@@ -59,7 +52,6 @@ def run_command(
     def run():
         from .train import run_mixa
 
-        return run_mixa(preset=pre, teacher=teacher, k=k, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
-                        shard=shard_kn, console=console, argv=sys.argv)
+        return run_mixa(preset=pre, teacher=teacher, k=k, data_dir=data_dir, opts=opts, console=console)
 
-    clikit.finish(run, suite="mixa", setting=pre.key, db=db)
+    clikit.finish(run, suite="mixa", setting=pre.key, opts=opts)

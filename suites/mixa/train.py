@@ -24,15 +24,15 @@ import torch.nn.functional as F
 
 from attnbench.errors import AttnbenchError
 from attnbench.spec import parse_spec
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import TrainOrder, TrainTask, default_device, init_dist, shutdown, train
+from attnbench.runctx import RunContext, RunOptions, run_options
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.train import TrainOrder, TrainTask, train
 from attnbench.train.memory import PeakMeter
 
 from . import score as mixa_score
 from .config import MixaPreset, load_preset
 
 SUITE = "mixa"
-DEFAULT_WORK = Path("results") / "runs" / "mixa"
 TEACHER = "teacher"
 
 
@@ -220,23 +220,24 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
 
 
 def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None, k: Optional[int] = None,
-             data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
-             out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
-             argv: Optional[list[str]] = None, progress: bool = True, hooks=None,
-             eval_limit: Optional[int] = None) -> SweepSummary:
+             data_dir: Optional[str] = None, opts: Optional[RunOptions] = None, console=None, progress: bool = True,
+             hooks=None, eval_limit: Optional[int] = None, **fields) -> SweepSummary:
     """Score, select, and fine-tune MixA and its controls from ``teacher`` (a softmax ViT checkpoint of the
     vision preset's size; default: the vision suite's softmax model of that preset, trained first if the store
-    has none). ``k`` overrides the preset's. ``hooks(task, attention)``: trainer hooks of a variant's fine-tune;
+    has none). ``k`` overrides the preset's. ``opts``: the shared run options (or single ``fields`` of them, e.g.
+    ``db=``, ``out=``, ``seed=``). ``hooks(task, attention)``: trainer hooks of a variant's fine-tune;
     ``eval_limit``: validation and test cut to their first images (smoke runs)."""
-    from rich.console import Console
     from rich.markup import escape
 
     from attnbench.models.vit import VIT_SIZES
-    from attnbench.store import project_root
     from attnbench.suites.vision.teacher import get_teacher
     from attnbench.suites.vision.train import evaluate, load_splits
 
-    console = console or Console()
+    opts = run_options(opts, **fields)
+    seed = opts.only_seed()
+    out = opts.out
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
+    console = run.console
     pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)
     vp = pre.vision
     size = VIT_SIZES.get(vp.model.size) if isinstance(vp.model.size, str) else vp.model.size
@@ -249,18 +250,15 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
                                       seq_len=(vp.data.image_size // vp.model.patch_size) ** 2 + 1)
     if teacher is not None and not Path(teacher).is_file():
         raise AttnbenchError(f"--teacher {teacher}: no such file")
-    device = default_device()
-    if pre.train.precision != "fp32" and device.type != "cuda":
-        raise AttnbenchError(f"preset {pre.name}: precision {pre.train.precision!r} is autocast on CUDA only and "
-                             f"this machine has no GPU; copy the preset and set [train] precision = \"fp32\"")
-    work = Path(out) if out else project_root() / DEFAULT_WORK
+    device = run.device
+    work = run.work
     splits = load_splits(vp, data_dir, eval_limit=eval_limit)
     # the teacher first (it may be trained by the vision suite, which sets up and tears down its own processes)
-    t = get_teacher(vp, splits.num_classes, path=teacher, db=db, out=out and str(Path(out) / "teacher"), seed=seed,
-                    console=console, data_dir=data_dir, eval_limit=eval_limit)
-    dist = init_dist(device)
-    try:
-        say = console.print if dist.main else (lambda *a, **kw: None)
+    t = get_teacher(vp, splits.num_classes, path=teacher, db=opts.db, out=out and str(Path(out) / "teacher"),
+                    seed=seed, console=console, data_dir=data_dir, eval_limit=eval_limit)
+    with run:
+        dist = run.dist
+        say = run.say
         tmodel = t.model.to(device).eval()
         teacher_id = f"{t.path.name}@{hashlib.sha256(t.path.read_bytes()).hexdigest()[:12]}"
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): teacher {escape(str(t.path))} ({t.origin}), "
@@ -285,11 +283,7 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
             return run_cell(cell, ctx, splits=splits, pre=pre, teacher=tmodel, teacher_path=t.path,
                             teacher_top1=teacher_top1, scores=scores, device=device, work=work, hooks=hooks)
 
-        return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
-                         threads=torch.get_num_threads(), force=force, shard=shard, console=console,
-                         progress=progress, argv=argv, dist=dist, describe=_line)
-    finally:
-        shutdown(dist)
+        return run.sweep(cells, one, setting=pre.key, config=config, describe=_line)
 
 
 def _line(o: Outcome) -> str:

@@ -86,8 +86,11 @@ class ScalingPlan:
     points: list[Point]
 
     def params(self, p: Point) -> dict[str, Any]:
-        return {"seq_len": p.seq_len, "mode": p.mode, "causal": p.causal, "batch": self.preset.batch,
-                "heads": self.preset.heads, "head_dim": self.preset.head_dim, "threads": self.threads}
+        params = {"seq_len": p.seq_len, "mode": p.mode, "causal": p.causal, "batch": self.preset.batch,
+                  "heads": self.preset.heads, "head_dim": self.preset.head_dim, "threads": self.threads}
+        if self.preset.seed:  # another seed's inputs are another point; seed 0's keep the identity they had
+            params["seed"] = self.preset.seed
+        return params
 
     def point_hash(self, p: Point) -> str:
         return point_hash(suite=SUITE, setting=self.setting, task=p.task, attention=p.attention, options=p.options,
@@ -104,7 +107,7 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
                  causal: bool | None = None, dtypes: Iterable[str] | None = None, device: str | None = None,
                  batch: int | None = None, heads: int | None = None, head_dim: int | None = None,
                  threads: int | None = None, time_budget: float | None = None,
-                 mem_budget_gb: float | None = None) -> ScalingPlan:
+                 mem_budget_gb: float | None = None, seed: int | None = None) -> ScalingPlan:
     """Apply command-line overrides to a preset and list the points.
 
     ``attentions`` replaces the preset's list: attention specs (:class:`attnbench.spec.AttentionSpec`, or their
@@ -114,7 +117,8 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
     sequence lengths of every grid entry; ``modes`` keeps only those modes (a mode the preset lacks gets an entry
     with the first entry's lengths);
     ``causal`` True/False makes every entry causal/bidirectional. Overriding the batch, heads, head size or
-    threads changes the setting name (``scaling/<preset>[h8,d128]``): those numbers are not comparable.
+    threads changes the setting name (``scaling/<preset>[h8,d128]``): those numbers are not comparable. ``seed``
+    replaces the preset's seed of the random inputs.
     """
     p = load_preset(preset) if isinstance(preset, str) else preset
     over: dict[str, Any] = {}
@@ -130,6 +134,8 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
         changes["time_budget"] = float(time_budget)
     if mem_budget_gb is not None:
         changes["mem_budget_gb"] = float(mem_budget_gb)
+    if seed is not None:
+        changes["seed"] = int(seed)
     grid = list(p.grid)
     if modes is not None:
         modes = list(modes)
@@ -265,9 +271,12 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
     """
     from rich.console import Console
 
-    from attnbench.sweep import CellResult, run_sweep
+    from attnbench.runctx import RunContext, RunOptions
+    from attnbench.sweep import CellResult
 
     console = console or Console(stderr=True)
+    run = RunContext(RunOptions(db=str(store.path), force=force, shard=shard, argv=argv), suite=SUITE,
+                     console=console, progress=progress)
     injected = parse_inject(inject if inject is not None else os.environ.get(INJECT_ENV))
     pre = plan.preset
     mem_budget = int(pre.mem_budget_gb * 2**30) if pre.mem_budget_gb and pre.device == "cpu" else None
@@ -319,9 +328,9 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
         p: Point = o.cell.payload
         return f"  {p.label():<44} {_summary_line(o.status, o.metrics, o.error)}"
 
-    summary = run_sweep(cells_of(plan), run_cell, suite=SUITE, setting=plan.setting, db=str(store.path),
-                        config=plan.config(), device=pre.device, threads=plan.threads, force=force, shard=shard,
-                        console=console, progress=progress, argv=argv, describe=describe)
+    # every point is measured in its own child process: no process group, the plan's threads
+    summary = run.sweep(cells_of(plan), run_cell, setting=plan.setting, config=plan.config(), device=pre.device,
+                        threads=plan.threads, dist=None, describe=describe)
     records = store.measurements(run_id=summary.run_id) if summary.run_id else []
     return ScalingResult(run_id=summary.run_id, setting=plan.setting, records=records,
                          resumed=summary.counts().get("finished earlier", 0), interrupted=summary.interrupted,
@@ -337,22 +346,13 @@ def _in_flight(ctx, p: Point):
     return ctx.progress.add_task(f"  {escape(p.label())}", total=None, info="")
 
 
-def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: str | None, causal: bool | None,
-            dtype: str | None, device: str | None, heads: int | None, head_dim: int | None, batch: int | None,
-            preset: str, db: str | None, time_budget: float | None, threads: int | None = None, force: bool = False,
-            mem_budget_gb: float | None = None, console=None, argv: list[str] | None = None,
-            show_table: bool = True, shard: tuple[int, int] | None = None) -> ScalingResult:
-    """What ``attnbench run scaling`` does: plan, sweep into the store (the points of ``shard`` only, if given),
-    print the leaderboard of the setting."""
-    from rich.console import Console
-
-    from rich.markup import escape
-
-    from attnbench import tables
-
+def plan_cli(preset: str, *, attn: list[AttentionSpec] | None, seq: str | None, mode: str | None,
+             causal: bool | None, dtype: str | None, device: str | None, heads: int | None, head_dim: int | None,
+             batch: int | None, threads: int | None, seed: int | None, time_budget: float | None,
+             mem_budget_gb: float | None, console) -> ScalingPlan:
+    """:func:`plan_scaling` of the command line's text (its warnings printed on ``console``)."""
     from .config import parse_seq_list
 
-    console = console or Console()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plan = plan_scaling(preset, attentions=attn or None,
@@ -361,15 +361,28 @@ def run_cli(*, attn: list[str | AttentionSpec] | None, seq: str | None, mode: st
                             causal=causal,
                             dtypes=[d.strip() for d in dtype.split(",") if d.strip()] if dtype else None,
                             device=device, batch=batch, heads=heads, head_dim=head_dim, threads=threads,
-                            time_budget=time_budget, mem_budget_gb=mem_budget_gb)
+                            time_budget=time_budget, mem_budget_gb=mem_budget_gb, seed=seed)
     for w in caught:
         console.print(f"[yellow]warning:[/] {w.message}")
-    with Store(db) as store:
+    return plan
+
+
+def run_cli(plan: ScalingPlan, *, opts, console=None, show_table: bool = False) -> ScalingResult:
+    """What ``attnbench run scaling`` does in its process: measure the machine, sweep ``plan`` (the points of
+    ``opts.shard`` only, if given) into ``opts.db``, and (``show_table``) print the setting's leaderboard."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from attnbench import tables
+
+    console = console or Console()
+    with Store(opts.db) as store:
         machine = provenance.machine(threads=plan.threads)
         console.print(escape(provenance.machine_line(machine)))
         console.print(f"[bold]{escape(plan.setting)}[/]: {len(plan.attentions)} attention(s) × "
                       f"{len(plan.points) // max(1, len(plan.attentions))} point(s) → {store.path}")
-        result = run_scaling(plan, store, force=force, console=console, argv=argv, machine=machine, shard=shard)
+        result = run_scaling(plan, store, force=opts.force, console=console, argv=opts.argv, machine=machine,
+                             shard=opts.shard)
         if show_table:
             recs = store.measurements(suite=SUITE, setting=plan.setting)
             tables.print_tables(SUITE, [tables.Source(f"your runs ({store.path})", recs, committed=False)],

@@ -9,8 +9,10 @@ import typer
 from attnbench import clikit
 from attnbench.clikit import console, fail
 from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions
 
 
+@clikit.run_command(suite="vision")
 def run_command(
     attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (required; --smoke: default "
                                        "softmax)"),
@@ -26,25 +28,10 @@ def run_command(
     pretrained: Optional[str] = typer.Option(None, "--pretrained", help="start every cell from this checkpoint (a "
                                              "timm / DeiT / torch state dict of a ViT of the preset's size; a "
                                              "softmax one loads into any attention)"),
-    seed: int = clikit.SEED,
-    force: bool = clikit.FORCE,
-    db: Optional[str] = clikit.DB,
-    out: Optional[str] = typer.Option(None, "--out", help="work directory: checkpoints and job stores (default: "
-                                      "results/runs/vision)"),
-    nproc: int = clikit.NPROC,
-    shard: Optional[str] = clikit.SHARD,
-    launcher: str = clikit.LAUNCHER,
-    jobs: int = clikit.JOBS,
-    partition: Optional[str] = clikit.PARTITION,
-    gpus_per_job: int = clikit.GPUS,
-    job_minutes: int = clikit.TIMEOUT_MIN,
+    *, opts: RunOptions,
 ) -> None:
     """Train the same ViT with each attention on the same images and recipe; accuracy, speed and memory."""
-    import sys
-
     from attnbench.spec import parse_specs
-    from attnbench.store import project_root
-    from attnbench.sweep import parse_shard
 
     if smoke:
         if data_dir is not None:
@@ -52,8 +39,8 @@ def run_command(
         from .smoke import run_smoke
 
         try:
-            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, seed=seed, db=db, out=out,
-                           console=console)
+            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, seed=opts.only_seed(),
+                           db=opts.db, out=opts.out, console=console)
         except (AttnbenchError, ValueError, OSError) as e:
             fail(str(e))
         raise typer.Exit(code=rc)
@@ -61,20 +48,16 @@ def run_command(
         fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
     try:
         specs = parse_specs(attn)
-        shard_kn = parse_shard(shard)
         from .config import load_preset, with_folder
 
-        setting = with_folder(load_preset(preset), data_dir).key
+        pre = with_folder(load_preset(preset), data_dir)
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
-    work = out or str(project_root() / "results" / "runs" / "vision")
 
     def run():
         from .train import run_vision
 
-        return run_vision(attentions=specs, preset=preset, data_dir=data_dir, seed=seed, force=force, db=db, out=out,
-                          shard=shard_kn, console=console, argv=sys.argv, pretrained=pretrained)
+        return run_vision(attentions=specs, preset=pre, data_dir=data_dir, opts=opts, console=console,
+                          pretrained=pretrained)
 
-    clikit.finish(run, suite="vision", setting=setting, db=db,
-                  launch=dict(nproc=nproc, launcher=launcher, jobs=jobs, partition=partition,
-                              gpus_per_job=gpus_per_job, job_minutes=job_minutes, work=work))
+    clikit.finish(run, suite="vision", setting=pre.key, opts=opts)

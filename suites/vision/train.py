@@ -27,15 +27,14 @@ import torch.nn.functional as F
 from attnbench.errors import AttnbenchError
 from attnbench.models import BlockOptions
 from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, run_sweep
-from attnbench.train import (Dist, TrainHooks, TrainOrder, TrainTask, default_device, init_dist, shutdown, step_seed,
-                             train)
+from attnbench.runctx import RunContext, RunOptions, run_options
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, step_seed, train
 from attnbench.train.memory import PeakMeter
 
 from .config import VisionPreset, load_preset, with_folder
 
 SUITE = "vision"
-DEFAULT_WORK = Path("results") / "runs" / "vision"
 HooksFor = Callable[[str, str], TrainHooks]
 
 
@@ -344,19 +343,19 @@ def _majority(splits) -> float:
 
 
 def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | VisionPreset = "tiny",
-               data_dir: Optional[str] = None, seed: int = 0, force: bool = False, db: Optional[str] = None,
-               out: Optional[str] = None, shard: Optional[tuple[int, int]] = None, console=None,
-               hooks: Optional[HooksFor] = None, argv: Optional[list[str]] = None, progress: bool = True,
-               pretrained: Optional[str] = None, eval_limit: Optional[int] = None) -> SweepSummary:
+               data_dir: Optional[str] = None, opts: Optional[RunOptions] = None, console=None,
+               hooks: Optional[HooksFor] = None, progress: bool = True, pretrained: Optional[str] = None,
+               eval_limit: Optional[int] = None, **fields) -> SweepSummary:
     """Train and test the preset's ViT once per attention spec (from the weights of ``pretrained``, a timm /
-    DeiT / torch state dict, if given); see the module docstring. A ``digits`` preset given ``data_dir`` reads
-    that folder (:func:`.config.with_folder`); ``eval_limit`` cuts validation and test short (smoke runs)."""
-    from rich.console import Console
+    DeiT / torch state dict, if given); see the module docstring. ``opts``: the shared run options (or single
+    ``fields`` of them, e.g. ``db=``, ``out=``, ``seed=``). A ``digits`` preset given ``data_dir`` reads that
+    folder (:func:`.config.with_folder`); ``eval_limit`` cuts validation and test short (smoke runs)."""
     from rich.markup import escape
 
-    from attnbench.store import project_root
-
-    console = console or Console()
+    opts = run_options(opts, **fields)
+    seed = opts.only_seed()
+    run = RunContext(opts, suite=SUITE, console=console, progress=progress)
+    console = run.console
     specs = as_specs(attentions)
     if not specs:
         raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
@@ -370,15 +369,12 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
         spec.with_defaults(pre.options_for(spec.name)).check_builds(heads=size.heads,
                                                                      head_dim=size.embed_dim // size.heads,
                                                                      seq_len=tokens_of(pre))
-    device = default_device()
-    if pre.train.precision != "fp32" and device.type != "cuda":
-        raise AttnbenchError(f"preset {pre.name}: precision {pre.train.precision!r} is autocast on CUDA only and "
-                             f"this machine has no GPU; copy the preset and set [train] precision = \"fp32\"")
-    dist = init_dist(device)
-    try:
-        work = Path(out) if out else project_root() / DEFAULT_WORK
+    device = run.device
+    with run:
+        dist = run.dist
+        work = run.work
         splits = load_splits(pre, data_dir, eval_limit=eval_limit)
-        say = console.print if dist.main else (lambda *a, **k: None)
+        say = run.say
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed {seed}, "
             f"device {device}" + (f", {dist.world} processes" if dist.enabled else "")
             + f"\n  data: {escape(splits.origin)}")
@@ -403,11 +399,7 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
             return run_cell(cell, ctx, splits=splits, pre=pre, device=device, work=work, hooks=hooks,
                             pretrained=Path(pretrained) if pretrained else None)
 
-        return run_sweep(cells, one, suite=SUITE, setting=pre.key, db=db, config=config, device=device.type,
-                         threads=torch.get_num_threads(), force=force, shard=shard, console=console,
-                         progress=progress, argv=argv, dist=dist, describe=_line)
-    finally:
-        shutdown(dist)
+        return run.sweep(cells, one, setting=pre.key, config=config, describe=_line)
 
 
 def _line(o: Outcome) -> str:
