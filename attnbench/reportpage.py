@@ -40,6 +40,7 @@ class Figure:
     name: str
     png: bytes
     caption: str
+    outcome: str = ""   # e.g. a check's verdict, shown after the caption
 
 
 @dataclasses.dataclass
@@ -178,7 +179,7 @@ def _record_figures(src: tables.Source, section: Section) -> None:
                 continue
             what = " · ".join(str(x) for x in (tables.label_of(r), r.params.get("input")) if x)
             outcome = r.metrics.get("verdict") or r.status
-            figures.append(Figure(p.name, p.read_bytes(), f"{what}: {outcome}"))
+            figures.append(Figure(p.name, p.read_bytes(), what, str(outcome)))
         claims = {str(r.metrics.get("claim")) for _, r in items if r.metrics.get("claim")}
         if figures:
             section.groups.append(FigureGroup(f"{task} · {tag_of(src)}", claims.pop() if len(claims) == 1 else "",
@@ -284,6 +285,7 @@ th[aria-sort=descending] button::after{content:" \\25BC";font-size:.7em}
 tbody tr:nth-child(even){background:#fbfcfd}
 td.best{font-weight:700}td.good{color:var(--good);font-weight:600}td.bad{color:var(--bad);font-weight:600}
 td.warn{color:var(--warn);font-weight:600}td.muted{color:var(--muted)}
+figcaption .good{color:var(--good)}figcaption .bad{color:var(--bad)}figcaption .warn{color:var(--warn)}
 .cap{margin:.45em 0 0}
 .prov{margin:.5em 0 0;display:grid;grid-template-columns:max-content 1fr;gap:0 10px;border-top:1px dashed var(--line);
 padding-top:.4em}
@@ -375,8 +377,13 @@ def _board_html(b: Board, anchor: str) -> str:
 
 def _figure_html(f: Figure) -> str:
     data = base64.b64encode(f.png).decode("ascii")
-    return (f'<figure class="fig"><img src="data:image/png;base64,{data}" alt="{_e(f.caption)}">'
-            f"<figcaption>{_e(f.caption)}</figcaption></figure>")
+    outcome = ""
+    if f.outcome:
+        cls = _OUTCOMES.get(f.outcome.lower(), "")
+        outcome = f': <b class="{cls}">{_e(f.outcome)}</b>'
+    alt = f"{f.caption}: {f.outcome}" if f.outcome else f.caption
+    return (f'<figure class="fig"><img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
+            f"<figcaption>{_e(f.caption)}{outcome}</figcaption></figure>")
 
 
 def render_html(report: Report) -> str:
@@ -463,7 +470,8 @@ def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, 
                     name = "x" + name
                 used.add(name)
                 files.append((name, f.png))
-                lines += [f"![{f.caption}]({quote(fig_dir)}/{quote(name)})", f"*{f.caption}*", ""]
+                cap = f"{f.caption}: {f.outcome}" if f.outcome else f.caption
+                lines += [f"![{cap}]({quote(fig_dir)}/{quote(name)})", f"*{cap}*", ""]
     return "\n".join(lines) + "\n", files
 
 

@@ -111,8 +111,8 @@ def command(r: Measurement, *, argv: Optional[list[str]] = None, db: Optional[st
     line (else rebuilt from the record)."""
     options = _run_options(r.suite) if options is None else options
     recorded = False
-    if argv and "run" in argv:
-        rest = argv[argv.index("run") + 1:]
+    if argv and "run" in argv[1:]:
+        rest = argv[argv.index("run", 1) + 1:]
         if rest and rest[0] == r.suite:
             base = _strip(rest[1:], DROP)
             recorded = True

@@ -107,7 +107,7 @@ def chi2_sf(x: float, df: int) -> float:
     return min(1.0, math.erfc(math.sqrt(x / 2)) + math.exp(-x / 2) / math.sqrt(2 * math.pi) * 2 * total)
 
 
-def welch_p(a: "list[float]", b: "list[float]") -> float:
+def welch_p(a: list[float], b: list[float]) -> float:
     """Two-sided p-value that two sets of seeds have the same mean (Welch's t-test; its fractional degrees of
     freedom rounded down, which errs towards 'not different'). Needs >= 2 values on each side."""
     import statistics

@@ -183,7 +183,7 @@ SEED_CAPTION = ("Several seeds: mean over seeds ± the test-set interval of the 
                 "(p̄ (1 − p̄)) on k − 1 degrees of freedom, p < 0.05 (training variance beyond binomial sampling).")
 
 
-def seed_rows(records: Iterable[Measurement], key: Callable[[Measurement], Any] = None,
+def seed_rows(records: Iterable[Measurement], key: Callable[[Measurement], Any] | None = None,
               vary: Iterable[str] = ("seed",)) -> dict[tuple, list[Measurement]]:
     """Leaderboard rows over seeds: the latest record of each point (config hash; ``ok`` preferred), grouped by
     ``(setting, device, dtype, task, key(record))`` (``key``: the row's label, default :func:`label_of`). A group
