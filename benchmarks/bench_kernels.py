@@ -1,13 +1,13 @@
-"""attnbench.kernels: CPU speed of the fused NaLa map, and a GPU compile check that needs no GPU.
+"""The blocked NaLa map's CPU speed (attnbench.ops.nala_map) and a GPU compile check of the kernels without a GPU.
 
-    python benchmarks/bench_kernels.py [--n 16384] [--repeats 9] [--threads 2]       # NaLa fused vs reference
+    python benchmarks/bench_kernels.py [--n 16384] [--repeats 9] [--threads 2]       # NaLa blocked vs reference
     python benchmarks/bench_kernels.py --compile-check [--arch 80,90] [--quick]     # every Triton kernel config
 
-NaLa (fp32, B = 1, H = 4, d = 64): ``nala_feature_map_fused`` (PyTorch on cache-sized row blocks, in place, hand-
+NaLa (fp32, B = 1, H = 4, d = 64): ``nala_feature_map_blocked`` (PyTorch on cache-sized row blocks, in place, hand-
 written backward) against ``nala_feature_map_reference`` (the plain map of Eqs. 6, 7, 11-13), forward and
 forward+backward, query and key side. Outputs are first checked against the reference (max abs error <= 1e-4
 relative), then the forms are timed round-robin (one call of each per round, so load from other processes hits
-both alike) and the median of the rounds is reported with the ratio reference / fused, per side and for the
+both alike) and the median of the rounds is reported with the ratio reference / blocked, per side and for the
 whole map (query + key). Target: >= 1.5x forward. (The unfused key map is cheap -- one power with a scalar
 exponent -- and its time varies 2x with the allocator's state, so the key side's ratio spreads widest.)
 
@@ -31,7 +31,8 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
     import torch
 
     from attnbench.bench.timing import round_robin
-    from attnbench.kernels import nala_feature_map_fused, nala_feature_map_reference
+    from attnbench.kernels import nala_feature_map_reference
+    from attnbench.ops.nala_map import nala_feature_map_blocked
 
     if threads:
         torch.set_num_threads(threads)
@@ -42,9 +43,9 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
     for is_query in (True, False):
         side = "query" if is_query else "key"
         ref = nala_feature_map_reference(x, is_query=is_query)
-        err = (nala_feature_map_fused(x, is_query=is_query) - ref).abs().max().item()
+        err = (nala_feature_map_blocked(x, is_query=is_query) - ref).abs().max().item()
         if err > 1e-4 * (ref.abs().max().item() + 1):
-            print(f"  {side}: fused form disagrees with the reference (max abs error {err:.2e}); not timed")
+            print(f"  {side}: blocked form disagrees with the reference (max abs error {err:.2e}); not timed")
             ok = False
             continue
 
@@ -61,11 +62,11 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
             return run
 
         for mode, wrap in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-            t = round_robin({"reference": wrap(nala_feature_map_reference), "fused": wrap(nala_feature_map_fused)},
+            t = round_robin({"reference": wrap(nala_feature_map_reference), "blocked": wrap(nala_feature_map_blocked)},
                             repeats)
-            ratio = t["reference"] / t["fused"]
+            ratio = t["reference"] / t["blocked"]
             flag = "" if mode != "fwd" else ("  ok" if ratio >= TARGET else f"  BELOW TARGET {TARGET}x")
-            print(f"  {side:5s} {mode:8s} reference/fused = {ratio:5.2f}x{flag}")
+            print(f"  {side:5s} {mode:8s} reference/blocked = {ratio:5.2f}x{flag}")
             ok &= mode != "fwd" or ratio >= TARGET
 
     def both(f):  # the whole map as an attention uses it: query side and key side
@@ -75,10 +76,10 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
                 f(x, is_query=False)
         return run
 
-    t = round_robin({"reference": both(nala_feature_map_reference), "fused": both(nala_feature_map_fused)}, repeats)
-    ratio = t["reference"] / t["fused"]
+    t = round_robin({"reference": both(nala_feature_map_reference), "blocked": both(nala_feature_map_blocked)}, repeats)
+    ratio = t["reference"] / t["blocked"]
     flag = "  ok" if ratio >= TARGET else f"  BELOW TARGET {TARGET}x"
-    print(f"  q + k fwd      reference/fused = {ratio:5.2f}x{flag}")
+    print(f"  q + k fwd      reference/blocked = {ratio:5.2f}x{flag}")
     return 0 if ok and ratio >= TARGET else 1
 
 

@@ -230,7 +230,7 @@ def _nala_calls(quick: bool) -> Iterator[tuple[str, str, Callable]]:
             for q in (True, False):
                 def call(D=D, q=q, dt=dt):
                     x = _meta(2, 4, 100, D, dtype=dt, grad=True)
-                    _run_fwd_bwd(lambda: nl.NaLaFeatureMapFunction.apply(x, q, 3.0, 0.5, 1e-6, "triton"), [x])
+                    _run_fwd_bwd(lambda: nl.NaLaFeatureMapFunction.apply(x, q, 3.0, 0.5, 1e-6), [x])
                 yield dname, f"D={D} {'query' if q else 'key'}", call
 
 

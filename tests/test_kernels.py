@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from attnbench.kernels import (HAS_TRITON, chunk_linear_attn, chunk_linear_attn_reference, kernels_available,
-                               l1_distance, l1_distance_reference, nala_feature_map, nala_feature_map_fused,
-                               nala_feature_map_reference, newton_schulz_step, newton_schulz_step_reference)
+                               l1_distance, l1_distance_reference, nala_feature_map, nala_feature_map_reference,
+                               newton_schulz_step, newton_schulz_step_reference)
 from attnbench.ops.linear_attn import linear_attention_chunked
+from attnbench.ops.nala_map import nala_feature_map_blocked
 
 from .helpers import assert_matches_fp64, assert_within_policy
 
@@ -243,10 +244,10 @@ def test_nala_kernel_float16_forward(is_query):
 
 @pytest.mark.parametrize("is_query", [True, False])
 @pytest.mark.parametrize("lam,tau,threads", [(3.0, 0.5, 1), (2.5, 1.0, 2)])
-def test_nala_fused_torch_path_matches_reference(is_query, lam, tau, threads, monkeypatch):
+def test_nala_blocked_torch_path_matches_reference(is_query, lam, tau, threads, monkeypatch):
     """The CPU fast path: exact in float64 (forward and hand-written backward), policy in float32, over several
     row blocks, the last one short (5 rows per block per thread)."""
-    import attnbench.kernels.nala as nala
+    import attnbench.ops.nala_map as nala
 
     monkeypatch.setattr(nala, "_BLOCK_ELEMS", 5 * 6)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
@@ -256,25 +257,25 @@ def test_nala_fused_torch_path_matches_reference(is_query, lam, tau, threads, mo
     w = torch.randn_like(r64)
     (g64,) = torch.autograd.grad(r64, x64, w)
     xf = x64.detach().clone().requires_grad_()
-    out = nala_feature_map_fused(xf, **kw)
+    out = nala_feature_map_blocked(xf, **kw)
     (gf,) = torch.autograd.grad(out, xf, w)
     x32 = x64.detach().float().requires_grad_()
-    out32 = nala_feature_map_fused(x32, **kw)
+    out32 = nala_feature_map_blocked(x32, **kw)
     (gf32,) = torch.autograd.grad(out32, x32, w.float())
-    assert_matches_fp64(out, r64, "phi (fused, fp64)")
-    assert_matches_fp64(gf, g64, "dx (fused, fp64)")
+    assert_matches_fp64(out, r64, "phi (blocked, fp64)")
+    assert_matches_fp64(gf, g64, "dx (blocked, fp64)")
     xr = x64.detach().float().requires_grad_()
     r32 = nala_feature_map_reference(xr, **kw)
     (g32,) = torch.autograd.grad(r32, xr, w.float())
-    assert_within_policy(out32, r32, r64, "phi (fused, fp32)")
-    assert_within_policy(gf32, g32, g64, "dx (fused, fp32)")
+    assert_within_policy(out32, r32, r64, "phi (blocked, fp32)")
+    assert_within_policy(gf32, g32, g64, "dx (blocked, fp32)")
 
 
 def test_nala_bad_arguments():
     with pytest.raises(ValueError, match="eps"):
-        nala_feature_map_fused(torch.randn(2, 4), is_query=True, eps=0.0)
+        nala_feature_map_blocked(torch.randn(2, 4), is_query=True, eps=0.0)
     with pytest.raises(TypeError, match="floating"):
-        nala_feature_map_fused(torch.ones(2, 4, dtype=torch.long), is_query=False)
+        nala_feature_map_blocked(torch.ones(2, 4, dtype=torch.long), is_query=False)
 
 
 # ----------------------------------------------------------------------------------------------- Laplace
@@ -365,14 +366,15 @@ def test_kernels_is_a_leaf():
 
 
 def test_kernels_import_without_triton():
-    """With triton unimportable the package still imports, references and the fused CPU path work, and a kernel
+    """With triton unimportable the package still imports, references and the blocked CPU path work, and a kernel
     entry point raises a clear error."""
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch, attnbench.kernels as k\n"
         "assert not k.HAS_TRITON and not k.kernels_available()\n"
         "x = torch.randn(3, 4)\n"
-        "torch.testing.assert_close(k.nala_feature_map_fused(x, is_query=True),"
+        "from attnbench.ops.nala_map import nala_feature_map_blocked\n"
+        "torch.testing.assert_close(nala_feature_map_blocked(x, is_query=True),"
         " k.nala_feature_map_reference(x, is_query=True))\n"
         "try:\n"
         "    k.chunk_linear_attn(torch.rand(1, 1, 3, 4), torch.rand(1, 1, 3, 4), torch.rand(1, 1, 3, 2))\n"

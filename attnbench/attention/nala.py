@@ -11,6 +11,7 @@ import math
 import torch
 
 from ..ops.elementwise import abs_pow
+from ..ops.nala_map import nala_feature_map_blocked, nala_map_backward
 from ..protocol import AttnbenchError
 from ..registry import register_attention, register_feature_map
 from .base import FeatureMap, FeatureMapAttention
@@ -46,12 +47,10 @@ class NaLaFeatureMap(FeatureMap):
         if tau < 0:
             raise AttnbenchError(f"nala: option 'tau' must be >= 0, got {tau}")
         self.lam, self.tau, self.sign_split, self.eps = float(lam), float(tau), bool(sign_split), float(eps)
-        if not self.sign_split:  # the fused map's hand-written backward (kernels.nala) for the recomputing op
-            from ..kernels.nala import _fused_backward
-
+        if not self.sign_split:  # the blocked map's hand-written backward (ops.nala_map) for the recomputing op
             opts = (self.lam, self.tau, self.eps)
-            self.vjp_q = lambda x, feats, dfeats: _fused_backward(x.contiguous(), dfeats, True, *opts)
-            self.vjp_k = lambda x, feats, dfeats: _fused_backward(x.contiguous(), dfeats, False, *opts)
+            self.vjp_q = lambda x, feats, dfeats: nala_map_backward(x.contiguous(), dfeats, True, *opts)
+            self.vjp_k = lambda x, feats, dfeats: nala_map_backward(x.contiguous(), dfeats, False, *opts)
 
     @property
     def feature_dim(self) -> int:
@@ -77,23 +76,18 @@ class NaLaFeatureMap(FeatureMap):
         direction = k / k.norm(dim=-1, keepdim=True).clamp_min(self.eps)            # [B, H, N, D]
         return self._lift(k, power_of_abs(k, self.lam), direction)
 
-    # fast form: the fused CPU map of attnbench.kernels (row blocks in cache, in place, hand-written backward)
-    # for the cosine map; exp(p log|x|) for sign_split (ATen's pow with a tensor exponent is ~10x slower on the
-    # CPU). Measured at N = 16384 (B 1, H 4, d 64, 2 threads) inside the blocked op, in one run: the fused map
-    # made the attention 1.3x faster forward and 1.2x forward + backward than the unfused exp/log map.
+    # fast form: the blocked CPU map of attnbench.ops.nala_map (row blocks in cache, in place, hand-written
+    # backward) for the cosine map, whose unfused form keeps every intermediate of the map alive; exp(p log|x|)
+    # for sign_split (ATen's pow with a tensor exponent takes a slow path on the CPU)
     def phi_q(self, q: torch.Tensor) -> torch.Tensor:
         if self.sign_split:
             return self._phi_q(q, abs_pow)
-        from ..kernels.nala import nala_feature_map_fused  # lazy: the module also holds the (optional) Triton kernels
-
-        return nala_feature_map_fused(q, is_query=True, lam=self.lam, tau=self.tau, eps=self.eps)
+        return nala_feature_map_blocked(q, is_query=True, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def phi_k(self, k: torch.Tensor) -> torch.Tensor:
         if self.sign_split:
             return self._phi_k(k, abs_pow)
-        from ..kernels.nala import nala_feature_map_fused
-
-        return nala_feature_map_fused(k, is_query=False, lam=self.lam, tau=self.tau, eps=self.eps)
+        return nala_feature_map_blocked(k, is_query=False, lam=self.lam, tau=self.tau, eps=self.eps)
 
     def features_triton(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The fused Triton feature-map kernel (norm, tanh, power, cos, sin in one pass)."""

@@ -10,6 +10,7 @@ from .linear_attn import (
     linear_attention_recurrent,
     linear_attention_reference,
 )
+from .nala_map import nala_feature_map_blocked
 
 __all__ = [
     "delta_rule",
@@ -23,4 +24,5 @@ __all__ = [
     "linear_attention_recomputed",
     "linear_attention_recurrent",
     "linear_attention_reference",
+    "nala_feature_map_blocked",
 ]
