@@ -64,7 +64,7 @@ class ReportedError(AttnbenchError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Column:
+class ReportedColumn:
     key: str
     header: str
     unit: str = ""
@@ -76,7 +76,7 @@ class Column:
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
+class ReportedRow:
     method: str  # as printed in the paper
     attention: str | None = None  # a registered attnbench mechanism
     variant: str | None = None  # a suite's own model variant (e.g. the LM's "deltanet+nala")
@@ -94,8 +94,8 @@ class ReportedTable:
     source: str
     setting: str
     notes: str
-    columns: tuple[Column, ...]
-    rows: tuple[Row, ...]
+    columns: tuple[ReportedColumn, ...]
+    rows: tuple[ReportedRow, ...]
     ablation: bool = False
     leaderboard: bool = True
     name_header: str = DEFAULT_NAME_HEADER
@@ -152,10 +152,10 @@ def _fail(path: str, line: int, msg: str):
     raise ReportedError(f"{path}:{line}: {msg}")
 
 
-def _columns(raw: Any, path: str, where: int, lines: _Lines, i: int | None) -> tuple[Column, ...]:
+def _columns(raw: Any, path: str, where: int, lines: _Lines, i: int | None) -> tuple[ReportedColumn, ...]:
     if not isinstance(raw, list) or not raw:
         _fail(path, where, "'columns' must be a non-empty array of {key = ..., header = ...} tables")
-    out: list[Column] = []
+    out: list[ReportedColumn] = []
     for j, c in enumerate(raw):
         at = lines.item(i, "columns", j)
         if not isinstance(c, dict):
@@ -176,11 +176,12 @@ def _columns(raw: Any, path: str, where: int, lines: _Lines, i: int | None) -> t
         for k in ("unit", "suffix", "missing"):
             if not isinstance(c.get(k, ""), str):
                 _fail(path, at, f"column {c['key']!r}: {k} must be a string")
-        out.append(Column(**c))
+        out.append(ReportedColumn(**c))
     return tuple(out)
 
 
-def _row(raw: Any, columns: tuple[Column, ...], mechanisms: set[str], path: str, at: int, j: int) -> Row:
+def _row(raw: Any, columns: tuple[ReportedColumn, ...], mechanisms: set[str], path: str, at: int,
+         j: int) -> ReportedRow:
     if not isinstance(raw, dict):
         _fail(path, at, f"row {j + 1} must be a table {{method = ..., ...}} on one line")
     by_key = {c.key: c for c in columns}
@@ -218,7 +219,7 @@ def _row(raw: Any, columns: tuple[Column, ...], mechanisms: set[str], path: str,
                             f"got {v!r}")
         elif col.unit == "%" and not 0.0 <= v <= 100.0:
             _fail(path, at, f"{method!r}: {k} = {v} is not a percentage")
-    return Row(method, att, variant, dict(options), values, raw.get("note", ""), at)
+    return ReportedRow(method, att, variant, dict(options), values, raw.get("note", ""), at)
 
 
 def load(path: str | Path) -> list[ReportedTable]:
@@ -313,7 +314,7 @@ def _places(x: Number) -> int:
     return min(len(s.split(".")[1].rstrip("0")), 4) if "." in s and "e" not in s else 0
 
 
-def _cell(col: Column, v: Number | str | None) -> str:
+def _cell(col: ReportedColumn, v: Number | str | None) -> str:
     if v is None:
         return col.missing
     if col.type == "text":
@@ -330,7 +331,7 @@ def _option(v: Any) -> str:
     return str(v)
 
 
-def _name(r: Row) -> str:
+def _name(r: ReportedRow) -> str:
     if r.variant:
         return f"{r.method} [{r.variant}]"
     if not r.attention:
