@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,14 +95,14 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def parts(env):
     from attnbench.suites.adala.config import load_preset
-    from attnbench.image import data
-    from attnbench.suites.vision.teacher import get_teacher
+    from attnbench.image.classify import load_splits
+    from attnbench.image.teacher import get_teacher
 
     pre = load_preset(env["dir"] / "adala.toml")
     vpre = pre.load_vision()
-    splits = data.build_splits("digits", image_size=16, seed=0, augment=vpre.recipe.augment)
-    t = get_teacher(vpre, splits.num_classes, db=env["db"], out=env["out"])
-    assert t.origin == "store"  # trained by the CLI run, found again
+    splits = load_splits(vpre, None)
+    t = get_teacher(vpre, splits, db=env["db"], work=Path(env["out"]) / "vision")
+    assert t.origin == "trained before"  # trained by the CLI run, found again
     return pre, vpre, splits, t.model
 
 
@@ -132,7 +133,9 @@ def test_end_to_end_cli_records(env):
         recs = {(m.task, m.attention): m for m in store.measurements(suite="adala") if m.status == "ok"}
         vision = [m for m in store.measurements(suite="vision") if m.status == "ok"]
     assert set(recs) == {("teacher", "softmax"), ("scratch", "linear"), ("stages 1+2+3", "linear")}
-    assert {m.attention for m in vision} == {"softmax", "linear"}  # the teacher and the from-scratch model
+    assert vision == []  # the teacher and the from-scratch model are trained by attnbench.image, kept in WORK/vision
+    kept = sorted(p.name.split("-")[0] for p in (Path(env["out"]) / "vision" / "models").rglob("*.pt"))
+    assert kept == ["linear", "softmax"]
     m = recs[("stages 1+2+3", "linear")].metrics
     assert set(m["stages"]) == {"1", "2", "3"}
     for k in "123":
@@ -202,7 +205,7 @@ def test_attention_loss_is_eq3_with_teacher_forcing(parts):
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_each_stage_lowers_its_own_loss(parts, tmp_path, k):
     from attnbench.suites.adala.pipeline import AlignNet, FeatureNet, attention_loss, feature_loss, mean_loss
-    from attnbench.suites.vision.train import evaluate
+    from attnbench.image.classify import evaluate
     from attnbench.train import Dist
 
     pre, vpre, splits, teacher = parts
@@ -282,7 +285,7 @@ def _in_project(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("name", __import__("attnbench.suites.adala.config", fromlist=["x"]).preset_names())
 def test_each_presets_smoke_runs_every_stage_and_resumes_each(name, monkeypatch, tmp_path):
-    """Teacher and from-scratch model trained by the vision suite, stages 1-3 each stopped once and resumed from
+    """Teacher and from-scratch model trained first, stages 1-3 each stopped once and resumed from
     its step-1 checkpoint, the cost lines; nothing written into the project."""
     import io
     import re
@@ -302,5 +305,5 @@ def test_each_presets_smoke_runs_every_stage_and_resumes_each(name, monkeypatch,
     for k in (1, 2, 3):
         m = re.search(rf"linear stage {k}: full run: ([\d,]+) steps x ([\d,]+) images", out)
         assert m and int(m[1].replace(",", "")) == pre.stage(k).steps, out[-2000:]
-    assert "teacher (vision run): full run" in out and "from scratch (vision run): full run" in out
+    assert "teacher (trained first): full run" in out and "linear from scratch: full run" in out
     assert not results.exists()

@@ -37,11 +37,11 @@ class FakeSpec:
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     """A softmax ViT of the vision/tiny preset (random weights: the checks' mechanics, not the paper's numbers)."""
+    from attnbench.image.classify import build_classifier
     from attnbench.suites.vision.config import load_preset
-    from attnbench.suites.vision.train import build_model
 
     torch.manual_seed(0)
-    model = build_model(parse_spec("softmax"), load_preset("tiny"), 10)
+    model = build_classifier(parse_spec("softmax"), load_preset("tiny"), 10)
     path = tmp_path_factory.mktemp("teacher") / "softmax.pt"
     torch.save(model.state_dict(), path)
     return TeacherRef(path, None, "vision/tiny", "test-random")

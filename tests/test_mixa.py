@@ -152,11 +152,11 @@ def small_preset():
 
 def test_the_tiny_pipeline_records_teacher_mixa_and_controls(tmp_path):
     from attnbench.suites.mixa.leaderboard import measured_tables
-    from attnbench.suites.vision.train import build_model
+    from attnbench.image.classify import build_classifier
 
     pre = small_preset()
     torch.manual_seed(0)
-    teacher = build_model(parse_spec("softmax"), pre.vision, 10)
+    teacher = build_classifier(parse_spec("softmax"), pre.vision, 10)
     path = tmp_path / "teacher.pt"
     torch.save(teacher.state_dict(), path)
     db = str(tmp_path / "m.db")

@@ -136,7 +136,7 @@ def test_two_gloo_processes_match_one(tmp_path):
 
 def test_data_loader_workers_give_the_same_batches_as_the_main_process():
     from attnbench.image import data as vision_data
-    from attnbench.suites.vision.train import StepBatches
+    from attnbench.image.classify import StepBatches
     from attnbench.train import TrainOrder
 
     splits = vision_data.build_splits("digits", image_size=16, augment="none")
@@ -166,14 +166,22 @@ def test_cells_start_from_a_pretrained_checkpoint_and_a_misfit_fails_first(tmp_p
 
 
 def test_the_teacher_is_found_in_the_store_or_trained_first(tmp_path):
-    from attnbench.suites.vision.teacher import find_trained, get_teacher
+    from attnbench.image.classify import load_splits
+    from attnbench.image.teacher import find_trained, get_teacher
 
     pre = small(steps=4, eval_every=2)
-    db, out = str(tmp_path / "t.db"), str(tmp_path / "w")
+    db, work = str(tmp_path / "t.db"), tmp_path / "w"
+    splits = load_splits(pre, None)
     assert find_trained(pre, db) is None
-    first = get_teacher(pre, 10, db=db, out=out, console=QUIET)  # trains the softmax model of the preset
+    first = get_teacher(pre, splits, db=db, work=work, console=QUIET)  # trains the softmax model of the preset
     assert first.origin == "trained now" and first.path.is_file() and first.test_top1 is not None
-    again = get_teacher(pre, 10, db=db, out=out)
-    assert again.origin == "store" and again.path == first.path and len(records(db)) == 1
+    again = get_teacher(pre, splits, db=db, work=work)
+    assert again.origin == "trained before" and again.path == first.path and again.test_top1 == first.test_top1
+    assert not (tmp_path / "t.db").exists() or records(db) == []  # nothing recorded: no suite ran
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(first.model(x), again.model(x))
+    # a vision run of the preset is found first, and it trained the very same model
+    run_vision(attentions=["softmax"], preset=pre, db=db, out=str(tmp_path / "v"), console=QUIET, progress=False)
+    stored = get_teacher(pre, splits, db=db, work=work)
+    assert stored.origin == "store" and stored.path != first.path and stored.test_top1 == first.test_top1
+    torch.testing.assert_close(stored.model(x), first.model(x), rtol=0, atol=0)

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.suites.vision.config import load_preset, preset_names
-from attnbench.suites.vision.smoke import imagefolder_classes, run_smoke, smoke_preset
+from attnbench.image.smoke import imagefolder_classes, smoke_preset
+from attnbench.suites.vision.smoke import run_smoke
 
 
 def in_project(monkeypatch, tmp_path):

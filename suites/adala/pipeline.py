@@ -2,7 +2,7 @@
 trainer (:func:`attnbench.train.train`) with its own :class:`~attnbench.train.TrainConfig` (``[stage1..3]`` of
 the preset), checkpoint, loss curve and metric.
 
-The student is the teacher's ViT (:func:`attnbench.suites.vision.train.build_model`) with every block's attention
+The student is the teacher's ViT (:func:`attnbench.image.classify.build_classifier`) with every block's attention
 built from the student spec (``linear`` = ELU+1, the paper's; any registered attention, e.g. ``nala``), and every
 weight copied from the teacher (``qkv`` = W_Q, W_K, W_V, ``proj`` = W_O, norms, MLPs, head); a mechanism's own
 parameters, if any, keep their initialisation.
@@ -48,7 +48,8 @@ student inherits), so any subset of stages (``--stages``; ``--ablation`` runs Ta
 - ``head = "new"`` (default, the paper appends a head to a head-less foundation model): stage 3 starts from a
   freshly initialised linear head (timm's init: truncated normal, std 0.02); ``"teacher"`` keeps the teacher's.
 - Data: every stage reads the vision preset's training split with its augmentation (the paper uses COCO, then
-  ImageNet-22K, then the task's data); the teacher is the vision suite's softmax model of the same preset.
+  ImageNet-22K, then the task's data); the teacher is the softmax model of the same vision preset
+  (:func:`attnbench.image.teacher.get_teacher`: a vision run's, else trained here).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from attnbench.errors import AttnbenchError
 from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.spec import AttentionSpec, as_specs
 from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
-from attnbench.train import Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, step_seed, train
+from attnbench.train import Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, train
 
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
 
@@ -196,9 +197,9 @@ def stage3_config(cfg: TrainConfig, backbone_lr_scale: float) -> TrainConfig:
 def build_student(spec: AttentionSpec, vpre, num_classes: int, teacher: nn.Module) -> nn.Module:
     """The teacher's ViT with ``spec``'s attention in every block and every teacher weight copied in (the
     mechanism's own parameters, absent from a softmax teacher, keep their initialisation)."""
-    from attnbench.suites.vision.train import build_model
+    from attnbench.image.classify import build_classifier
 
-    student = build_model(spec, vpre, num_classes)
+    student = build_classifier(spec, vpre, num_classes)
     res = student.load_state_dict(teacher.state_dict(), strict=False)
     missing = [k for k in res.missing_keys if ".attn.mech." not in k and ".attn.dwc." not in k]
     if missing or res.unexpected_keys:
@@ -234,7 +235,7 @@ def measure(model: nn.Module, splits, vpre, device: torch.device, dist: Dist) ->
     """Test top-1 / top-5, parameters, FLOPs per image, inference images/s and the peak memory of one forward at
     the preset's sweep batch (CUDA allocator's peak, else tensor bytes alive at once: the same on any CPU)."""
     from attnbench.bench.memory import TensorMemory
-    from attnbench.suites.vision.train import _majority, evaluate, flops_per_image, inference_throughput
+    from attnbench.image.classify import evaluate, flops_per_image, inference_throughput, majority_accuracy
 
     bs = vpre.recipe.eval_batch_size
     test = evaluate(model, splits.test, bs, dist, device)
@@ -256,7 +257,7 @@ def measure(model: nn.Module, splits, vpre, device: torch.device, dist: Dist) ->
             "flops_per_image": flops_per_image(model, size, device),
             "infer_images_per_s": inference_throughput(model, size, min(bs, 64), device),
             "infer_peak_mem_bytes": peak, "mem_batch": int(x.shape[0]), "n_test": len(splits.test),
-            "num_classes": splits.num_classes, "majority_test_acc": _majority(splits), "data": splits.origin,
+            "num_classes": splits.num_classes, "majority_test_acc": majority_accuracy(splits), "data": splits.origin,
             "image_size": size}
 
 
@@ -282,7 +283,7 @@ def run_stage(k: int, student: nn.Module, teacher: nn.Module, pre: AdalaPreset, 
     """Run stage ``k`` on ``student`` (in place; the best validation step's weights are kept) and return its
     record: config, training-loss curve ``[[step, loss], ...]``, validation history, best step and value,
     trainable parameters, times, and the student's validation / test top-1 after the stage."""
-    from attnbench.suites.vision.train import StepBatches, _recipe_loss, evaluate
+    from attnbench.image.classify import StepBatches, evaluate, mixed_batch, recipe_loss
 
     opts = pre.adala
     cfg = pre.stage(k)
@@ -315,7 +316,7 @@ def run_stage(k: int, student: nn.Module, teacher: nn.Module, pre: AdalaPreset, 
         if opts.head == "new":
             new_head(student, seed)
         cfg = stage3_config(cfg, opts.backbone_lr_scale)
-        mix, criterion = _recipe_loss(vpre, splits.num_classes)  # the vision recipe's label smoothing / mixup
+        mix, criterion = recipe_loss(vpre, splits.num_classes)  # the vision recipe's label smoothing / mixup
 
         def loss(m, b, t):
             x, y = b
@@ -334,12 +335,7 @@ def run_stage(k: int, student: nn.Module, teacher: nn.Module, pre: AdalaPreset, 
 
     def batch(step: int, rank: int, world: int):
         x, y = batches.get(step, rank, world)
-        if k == 3 and mix is not None:
-            import numpy as np
-
-            np.random.seed(step_seed(seed + 1000 * k, step, rank) % 2**32)  # timm's Mixup draws from numpy
-            x, y = mix(x, y)
-        return x, y
+        return mixed_batch(mix if k == 3 else None, seed + 1000 * k, step, rank, x, y)
 
     th = TrainHooks(after_step=after, transform_loss=hooks.transform_loss if hooks else None)
     result = train(net, cfg, TrainTask(batch, loss, validate), seed=seed + 1000 * k,
@@ -429,8 +425,8 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
 
 def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPreset, vpre, splits,
              device: torch.device, work: Path, hooks: Optional[StageHooks] = None) -> CellResult:
+    from attnbench.image.classify import build_classifier
     from attnbench.models.vit import load_pretrained, resolve_impl
-    from attnbench.suites.vision.train import build_model
     from attnbench.train.memory import PeakMeter
 
     job: Job = cell.payload
@@ -440,7 +436,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPres
         return CellResult("ok", metrics={**measure(m, splits, vpre, device, dist), "stages_run": []},
                           impl=resolve_impl(m, device))
     if job.kind == "scratch":
-        m = build_model(job.spec, vpre, splits.num_classes)
+        m = build_classifier(job.spec, vpre, splits.num_classes)
         load_pretrained(m, job.weights)
         m = m.to(device)
         return CellResult("ok", metrics={**measure(m, splits, vpre, device, dist), "stages_run": [],
@@ -473,20 +469,6 @@ def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPres
 
 
 # --- the from-scratch row -------------------------------------------------------------------------------------
-def find_vision(vpre, attention: str, db: Optional[str], seed: int) -> Optional[Path]:
-    """The weights of the latest ok vision cell of ``vpre`` (same identity) for ``attention``, if any."""
-    from attnbench.store import open_existing
-
-    store = open_existing(db)
-    if store is None:
-        return None
-    with store:
-        recs = [m for m in store.measurements(suite="vision", setting=vpre.key, attention=attention, status="ok")
-                if m.seed == seed and m.params.get("identity") == vpre.identity_hash()
-                and m.metrics.get("weights") and Path(m.metrics["weights"]).is_file()]
-    return Path(recs[-1].metrics["weights"]) if recs else None
-
-
 def scratch_preset(pre: AdalaPreset, vpre):
     """The vision preset at the full pipeline's budget (its steps = stage 1 + 2 + 3 steps; the same preset when
     they already agree, so ``run vision``'s own record is reused)."""
@@ -499,26 +481,17 @@ def scratch_preset(pre: AdalaPreset, vpre):
                                                                eval_every=ev))
 
 
-def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, *, db, out, seed: int, console,
-                data_dir: Optional[str] = None, eval_limit: Optional[int] = None) -> Path:
-    from attnbench.suites.vision.train import run_vision
+def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, splits, *, db, work: Path, seed: int,
+                console=None) -> Path:
+    """The weights of ``spec``'s model trained from scratch on the vision preset at the full pipeline's budget
+    (:func:`scratch_preset`): from the store (a vision run of that preset), else trained before under ``work``,
+    else trained now (:func:`attnbench.image.teacher.get_trained`)."""
+    from attnbench.image.teacher import get_trained
 
-    spre = scratch_preset(pre, vpre)
-    found = find_vision(spre, spec.label, db, seed)
-    if found is None:
-        console.print(f"from-scratch {spec.label} for {spre.key} at {spre.train.steps} steps: training it (the "
-                      f"vision suite)")
-        summary = run_vision(attentions=[spec], preset=spre, data_dir=data_dir, db=db, out=out, seed=seed,
-                             console=console, progress=False, eval_limit=eval_limit)
-        if summary.exit_code():
-            raise AttnbenchError(f"training the from-scratch {spec.label} failed: {summary.line()}")
-        found = find_vision(spre, spec.label, db, seed)
-        if found is None:
-            raise AttnbenchError(f"the from-scratch {spec.label} was trained but its weights are not found")
-    return found
+    path, _, _ = get_trained(scratch_preset(pre, vpre), spec, splits, db=db, work=work, seed=seed, console=console)
+    return path
 
 
-# --- the runner -----------------------------------------------------------------------------------------------
 def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaPreset = "tiny",
               stages: str | Sequence[int] | None = "1,2,3", ablation: bool = False, teacher: Optional[str] = None,
               scratch: bool = True, data_dir: Optional[str] = None, opts: Optional[RunOptions] = None, console=None,
@@ -530,8 +503,8 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     place of the preset's (smoke runs); ``eval_limit``: validation and test cut short."""
     from rich.markup import escape
 
-    from attnbench.suites.vision.teacher import get_teacher
-    from attnbench.suites.vision.train import load_splits, tokens_of
+    from attnbench.image.classify import load_splits, tokens_of
+    from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
     seed = opts.only_seed()
@@ -557,13 +530,11 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     work = run.work
     vision_out = str(work / "vision")
     splits = load_splits(vpre, data_dir, eval_limit=eval_limit)
-    # the teacher and the from-scratch models come from the vision suite (trained there first when absent);
-    # run_vision opens and closes its own process group, so this happens before ours
-    t = get_teacher(vpre, splits.num_classes, path=teacher, db=db, out=vision_out, seed=seed, console=console,
-                    data_dir=data_dir, eval_limit=eval_limit)
-    scratch_w = ({s.label: get_scratch(pre, vpre, s, db=db, out=vision_out, seed=seed, console=console,
-                                       data_dir=data_dir, eval_limit=eval_limit)
-                  for s in specs} if scratch else {})
+    # the teacher and the from-scratch models: a vision run's from the store, else trained here (before the
+    # process group opens) and kept under WORK/vision
+    t = get_teacher(vpre, splits, path=teacher, db=db, work=Path(vision_out), seed=seed, console=console)
+    scratch_w = ({s.label: get_scratch(pre, vpre, s, splits, db=db, work=Path(vision_out), seed=seed,
+                                       console=console) for s in specs} if scratch else {})
     with run:
         dist = run.dist
         top1 = f", test top-1 {100 * t.test_top1:.1f}%" if t.test_top1 is not None else ""

@@ -1,8 +1,8 @@
 """``attnbench run adala --smoke``: the whole ViT-AdaLA pipeline of a preset on the CPU before a user's GPU run.
 
 The vision preset's data is written in its real format and shortened as ``run vision --smoke`` does
-(:mod:`attnbench.suites.vision.smoke`); then :func:`.pipeline.run_adala` runs everything the preset runs: the
-softmax teacher trained by the vision suite, the from-scratch model of each student at the pipeline's budget,
+(:mod:`attnbench.image.smoke`); then :func:`.pipeline.run_adala` runs everything the preset runs: the
+softmax teacher trained first, the from-scratch model of each student at the pipeline's budget,
 stage 1 (attention alignment, Eq. 3), stage 2 (feature alignment, Eq. 4), stage 3 (fine-tuning with a new head),
 the measurements and the store, each stage for 2 steps at a batch of 2 in float32 with a checkpoint every step.
 Each stage is stopped once inside its step 2 and the rerun must resume it from its step-1 checkpoint (so the
@@ -17,17 +17,11 @@ from typing import Optional, Sequence
 from .config import ALL_STAGES, AdalaPreset, load_preset
 
 
-def smoke_stage(cfg):
-    from attnbench.suites.vision.smoke import SMOKE_BATCH, SMOKE_STEPS
-
-    return dataclasses.replace(cfg, steps=SMOKE_STEPS, batch_size=SMOKE_BATCH, micro_batch_size=1 if
-                               cfg.micro_batch_size else 0, precision="fp32", warmup=1 if cfg.warmup else 0,
-                               eval_every=SMOKE_STEPS, checkpoint_every=1, patience=0, min_steps=0)
-
-
 def smoke_preset(pre: AdalaPreset) -> AdalaPreset:
-    return dataclasses.replace(pre, stage1=smoke_stage(pre.stage1), stage2=smoke_stage(pre.stage2),
-                               stage3=smoke_stage(pre.stage3), setting=f"{pre.key}-smoke")
+    from attnbench.image.smoke import smoke_train
+
+    return dataclasses.replace(pre, stage1=smoke_train(pre.stage1), stage2=smoke_train(pre.stage2),
+                               stage3=smoke_train(pre.stage3), setting=f"{pre.key}-smoke")
 
 
 def stage_costs(pre: AdalaPreset, vpre, spec, num_classes: int) -> list[tuple[str, object]]:
@@ -35,22 +29,22 @@ def stage_costs(pre: AdalaPreset, vpre, spec, num_classes: int) -> list[tuple[st
     loss, forward + backward through the student, the teacher's forward included) at the preset's steps."""
     import torch
 
+    from attnbench.image.classify import build_classifier
+    from attnbench.image.smoke import full_run_cost
     from attnbench.smoke import FullRunCost, train_flops
     from attnbench.spec import parse_spec
-    from attnbench.suites.vision.smoke import full_run_cost
-    from attnbench.suites.vision.train import build_model
 
     from .pipeline import AlignNet, FeatureNet, attention_loss, build_student, feature_loss, scratch_preset
 
     opts = pre.adala
-    teacher = build_model(parse_spec("softmax"), vpre, num_classes).eval()
+    teacher = build_classifier(parse_spec("softmax"), vpre, num_classes).eval()
     student = build_student(spec, vpre, num_classes, teacher)
     x = torch.randn(1, 3, vpre.data.image_size, vpre.data.image_size)
     losses = {1: lambda: attention_loss(AlignNet(student, opts.attn_output), teacher, x, opts.attn_output),
               2: lambda: feature_loss(FeatureNet(student, opts.features), teacher, x, opts.features, opts.lam),
               3: lambda: student(x).float().sum()}
-    out = [("teacher (vision run)", full_run_cost(vpre, parse_spec("softmax"), num_classes)),
-           ("from scratch (vision run)", full_run_cost(scratch_preset(pre, vpre), spec, num_classes))]
+    out = [("teacher (trained first)", full_run_cost(vpre, parse_spec("softmax"), num_classes)),
+           ("from scratch", full_run_cost(scratch_preset(pre, vpre), spec, num_classes))]
     for k in ALL_STAGES:
         cfg = pre.stage(k)
         flops = train_flops(lambda: losses[k]().backward())
@@ -65,9 +59,9 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
     from rich.console import Console
     from rich.markup import escape
 
+    from attnbench.image import smoke as vsmoke
     from attnbench.smoke import StopOnce, first_failure, smoke_dirs
     from attnbench.spec import as_specs
-    from attnbench.suites.vision import smoke as vsmoke
 
     from .pipeline import run_adala
 

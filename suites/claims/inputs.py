@@ -1,6 +1,6 @@
 """The inputs the checks measure on: synthetic draws of stated distributions, and real queries and keys from a
 trained model of the vision suite (its softmax ViT on ``vision/tiny``, found through the store as the ViT-AdaLA and
-MixA suites find their teacher, :func:`attnbench.suites.vision.teacher.find_trained`).
+MixA suites find their teacher, :func:`attnbench.image.teacher.find_trained`).
 
 Real inputs are never faked: when the store has no trained model, :func:`find_teacher` returns None and the
 real-input cells are recorded as ``skipped`` with the reason and the command that trains one.
@@ -42,8 +42,8 @@ def no_teacher_reason(db: Optional[str]) -> str:
 
 def find_teacher(db: Optional[str], seed: int = 0) -> Optional[TeacherRef]:
     """The store's softmax ViT of ``vision/tiny`` (seed ``seed``), or None."""
+    from attnbench.image.teacher import find_trained
     from attnbench.suites.vision.config import load_preset
-    from attnbench.suites.vision.teacher import find_trained
 
     pre = load_preset(TEACHER_PRESET)
     found = find_trained(pre, db, seed)
@@ -56,16 +56,14 @@ def find_teacher(db: Optional[str], seed: int = 0) -> Optional[TeacherRef]:
 
 def load_teacher(ref: TeacherRef):
     """``(model, splits, preset)``: the teacher in eval mode and the digits splits it was trained on."""
+    from attnbench.image.classify import build_classifier, load_splits
     from attnbench.models.vit import load_pretrained
     from attnbench.spec import parse_spec
-    from attnbench.image import data as vision_data
     from attnbench.suites.vision.config import load_preset
-    from attnbench.suites.vision.train import build_model
 
     pre = load_preset(TEACHER_PRESET)
-    splits = vision_data.build_splits(pre.data.kind, image_size=pre.data.image_size, seed=pre.data.seed,
-                                      classes=pre.data.classes, augment=pre.recipe.augment)
-    model = build_model(parse_spec("softmax"), pre, splits.num_classes)
+    splits = load_splits(pre, None)
+    model = build_classifier(parse_spec("softmax"), pre, splits.num_classes)
     load_pretrained(model, ref.path, allow_missing_mechanism=False)
     return model.eval(), splits, pre
 

@@ -1,8 +1,8 @@
 """``attnbench run mixa --smoke``: the whole MixA pipeline of a preset on the CPU before a user's GPU run.
 
 The vision preset's data is written in its real format and shortened as ``run vision --smoke`` does
-(:mod:`attnbench.suites.vision.smoke`); then :func:`.train.run_mixa` runs everything the preset runs: the softmax
-teacher trained by the vision suite, Eq. 3's layer scores (``score.batches`` batches, at most 2, of 2 images), the
+(:mod:`attnbench.image.smoke`); then :func:`.train.run_mixa` runs everything the preset runs: the softmax
+teacher trained first, Eq. 3's layer scores (``score.batches`` batches, at most 2, of 2 images), the
 top-k selection, the KD fine-tune of the mix and of every control (all-SteLLA, last-k, each random-k seed) at the
 preset's model size and resolution, the evaluations and the store: 2 steps at a batch of 2 in float32, a
 checkpoint every step. Each variant's fine-tune is stopped once inside step 2 and the rerun must resume it from
@@ -18,13 +18,9 @@ from .config import MixaPreset, load_preset
 
 
 def smoke_preset(pre: MixaPreset) -> MixaPreset:
-    from attnbench.suites.vision import smoke as vsmoke
+    from attnbench.image import smoke as vsmoke
 
-    t = pre.train
-    train = dataclasses.replace(t, steps=vsmoke.SMOKE_STEPS, batch_size=vsmoke.SMOKE_BATCH,
-                                micro_batch_size=1 if t.micro_batch_size else 0, precision="fp32",
-                                warmup=1 if t.warmup else 0, eval_every=vsmoke.SMOKE_STEPS, checkpoint_every=1,
-                                patience=0, min_steps=0)
+    train = vsmoke.smoke_train(pre.train)
     score = dataclasses.replace(pre.score, batches=min(pre.score.batches, 2), batch_size=vsmoke.SMOKE_BATCH)
     return dataclasses.replace(pre, vision=vsmoke.smoke_preset(pre.vision), train=train, score=score,
                                setting=f"{pre.key}-smoke")
@@ -35,21 +31,21 @@ def variant_costs(pre: MixaPreset, outcomes, num_classes: int) -> list[tuple[str
     backward and the teacher's forward, per image) at the preset's steps."""
     import torch
 
+    from attnbench.image.classify import build_classifier
+    from attnbench.image.smoke import full_run_cost
     from attnbench.smoke import FullRunCost, train_flops
     from attnbench.spec import parse_spec
-    from attnbench.suites.vision.smoke import full_run_cost
-    from attnbench.suites.vision.train import build_model
 
     vp = pre.vision
-    teacher = build_model(parse_spec("softmax"), vp, num_classes).eval()
+    teacher = build_classifier(parse_spec("softmax"), vp, num_classes).eval()
     x = torch.randn(1, 3, vp.data.image_size, vp.data.image_size)
     with torch.no_grad():
         teacher_flops = train_flops(lambda: teacher(x))
-    out = [("teacher (vision run)", full_run_cost(vp, parse_spec("softmax"), num_classes))]
+    out = [("teacher (trained first)", full_run_cost(vp, parse_spec("softmax"), num_classes))]
     for o in outcomes:
         if o.cell.payload is None:
             continue
-        student = build_model([parse_spec(s) for s in o.cell.params["specs"]], vp, num_classes)
+        student = build_classifier([parse_spec(s) for s in o.cell.params["specs"]], vp, num_classes)
         flops = train_flops(lambda: student(x).float().sum().backward()) + teacher_flops
         out.append((o.cell.attention, FullRunCost(steps=pre.train.steps, items_per_step=pre.train.batch_size,
                                                   unit="images", train_flops_per_item=float(flops))))
@@ -62,8 +58,8 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
     from rich.console import Console
     from rich.markup import escape
 
+    from attnbench.image import smoke as vsmoke
     from attnbench.smoke import StopOnce, smoke_dirs
-    from attnbench.suites.vision import smoke as vsmoke
 
     from .train import run_mixa
 

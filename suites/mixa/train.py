@@ -107,34 +107,12 @@ def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerS
     return cells
 
 
-def _inference_memory(model: torch.nn.Module, image_size: int, batch: int, device: torch.device) -> int:
-    """Peak bytes of one forward at ``batch`` images: the CUDA allocator's peak, else tensor bytes alive at once
-    (:class:`attnbench.bench.memory.TensorMemory`, the same on any CPU)."""
-    from attnbench.bench.memory import TensorMemory
-
-    was = model.training
-    model.eval()
-    x = torch.randn(batch, 3, image_size, image_size, device=device)
-    try:
-        with torch.no_grad():
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-                base = torch.cuda.memory_allocated(device)
-                model(x)
-                return torch.cuda.max_memory_allocated(device) - base
-            with TensorMemory() as tm:
-                model(x)
-            return tm.peak
-    finally:
-        model.train(was)
-
-
 def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, teacher_path: Path,
              teacher_top1: Optional[float], scores: mixa_score.LayerScores, device: torch.device, work: Path,
              hooks=None) -> CellResult:
+    from attnbench.image.classify import (StepBatches, build_classifier, evaluate, flops_per_image, inference_memory,
+                                          inference_throughput, majority_accuracy, mixed_batch, recipe_loss)
     from attnbench.models.vit import load_pretrained, resolve_impl
-    from attnbench.suites.vision.train import (StepBatches, _majority, _recipe_loss, build_model, evaluate,
-                                               flops_per_image, inference_throughput)
 
     dist = ctx.dist
     vp = pre.vision
@@ -145,7 +123,8 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
               "score_images": scores.images, "selected_layers": cell.params["selected_layers"],
               "quadratic_layers": cell.payload, "n_val": len(splits.val), "n_test": len(splits.test),
               "n_train": len(splits.train), "num_classes": splits.num_classes, "data": splits.origin,
-              "majority_test_acc": _majority(splits), "world_size": dist.world, "threads": torch.get_num_threads()}
+              "majority_test_acc": majority_accuracy(splits), "world_size": dist.world,
+              "threads": torch.get_num_threads()}
     if cell.payload is None:  # the teacher: evaluated, not trained
         import time
 
@@ -159,23 +138,16 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
     else:
         torch.manual_seed(cell.seed)
         specs = [parse_spec(s) for s in cell.params["specs"]]
-        model = build_model(specs, vp, splits.num_classes)
+        model = build_classifier(specs, vp, splits.num_classes)
         load_pretrained(model, teacher_path)  # the mechanisms' own α', β' stay at 1
         model = model.to(device)
         order = TrainOrder(len(splits.train), pre.train.batch_size, cell.seed)
         batches = StepBatches(splits.train, order, device, vp.recipe.workers)
-        mix, criterion = _recipe_loss(vp, splits.num_classes)
+        mix, criterion = recipe_loss(vp, splits.num_classes)
 
         def batch(step: int, rank: int, world: int):
             x, y = batches.get(step, rank, world)
-            if mix is not None:
-                import numpy as np
-
-                from attnbench.train import step_seed
-
-                np.random.seed(step_seed(cell.seed, step, rank) % 2**32)
-                x, y = mix(x, y)
-            return x, y
+            return mixed_batch(mix, cell.seed, step, rank, x, y)
 
         def loss(net, b, tm):
             x, y = b
@@ -211,7 +183,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
         "teacher_test_top1": teacher_top1, "wall_s": wall, "peak_mem_bytes": peak, "mem_method": mem_method,
         "flops_per_image": flops_per_image(model, vp.data.image_size, device),
         "infer_images_per_s": inference_throughput(model, vp.data.image_size, infer_bs, device),
-        "infer_peak_mem_bytes": _inference_memory(model, vp.data.image_size, infer_bs, device),
+        "infer_peak_mem_bytes": inference_memory(model, vp.data.image_size, infer_bs, device),
         "infer_batch": infer_bs,
     })
     if teacher_top1 is not None:
@@ -230,12 +202,11 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
     from rich.markup import escape
 
     from attnbench.models.vit import VIT_SIZES
-    from attnbench.suites.vision.teacher import get_teacher
-    from attnbench.suites.vision.train import evaluate, load_splits
+    from attnbench.image.classify import evaluate, load_splits
+    from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
     seed = opts.only_seed()
-    out = opts.out
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console
     pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)
@@ -253,9 +224,8 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
     device = run.device
     work = run.work
     splits = load_splits(vp, data_dir, eval_limit=eval_limit)
-    # the teacher first (it may be trained by the vision suite, which sets up and tears down its own processes)
-    t = get_teacher(vp, splits.num_classes, path=teacher, db=opts.db, out=out and str(Path(out) / "teacher"),
-                    seed=seed, console=console, data_dir=data_dir, eval_limit=eval_limit)
+    # the teacher first: a vision run's from the store, else trained here (before the process group opens)
+    t = get_teacher(vp, splits, path=teacher, db=opts.db, work=work / "teacher", seed=seed, console=console)
     with run:
         dist = run.dist
         say = run.say

@@ -1,9 +1,8 @@
 """``attnbench run vision --smoke``: a preset's real pipeline on the CPU before a user's GPU run.
 
-The preset's data in its real format is written into a temporary directory: CIFAR's python pickles
-(``cifar-10-batches-py/`` or ``cifar-100-python/``) or an ImageFolder of JPEGs at the preset's resolution under the
-real class names (ImageNet-100: the CMC list in ``attnbench/image/classlists/``; ImageNet-1k: the 1000 ILSVRC-2012 synsets timm
-ships; a class-list file: its names); the offline ``digits`` needs none. Then the preset itself runs through
+The preset's data in its real format is written into a temporary directory (:func:`attnbench.image.smoke.write_data`:
+CIFAR's python pickles or an ImageFolder of JPEGs under the real class names; the offline ``digits`` needs none).
+Then the preset itself runs through
 :func:`.train.run_vision`: its reader and augmentation (DeiT's RandAugment, random erasing), its ViT at full size
 and resolution, its loss (label smoothing, mixup / cutmix), optimizer and schedule kind, EMA, evaluation, test,
 FLOPs, throughput, the resolution sweep and the store. What the smoke shortens: 2 steps at a batch of 2 in
@@ -16,145 +15,11 @@ cost (:class:`attnbench.smoke.FullRunCost`).
 
 from __future__ import annotations
 
-import dataclasses
-import io
-import pickle
-from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
+from attnbench.image.smoke import EVAL_LIMIT, SMOKE_BATCH, SMOKE_STEPS, full_run_cost, smoke_preset, write_data
 
 from .config import VisionPreset
-
-SMOKE_STEPS = 2
-SMOKE_BATCH = 2
-EVAL_LIMIT = 4
-CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-
-
-# ------------------------------------------------------------------------------- files in the real formats
-def _smooth_images(n: int, size: int, seed: int = 0) -> list[np.ndarray]:
-    """``n`` smooth RGB ``uint8 [size, size, 3]`` images (upsampled noise: small JPEGs, not incompressible)."""
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        low = Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8))
-        out.append(np.asarray(low.resize((size, size), Image.BICUBIC)))
-    return out
-
-
-def imagefolder_classes(classes) -> list[str]:
-    """The class folder names a preset's ``classes`` asks for: a shipped list or a file (its names), a count N
-    (the first N ILSVRC-2012 synsets, sorted, as ``train/`` would sort them), ``None`` (all 1000), or a list."""
-    from attnbench.image import data as vd
-
-    if isinstance(classes, str) and classes.strip().isdigit():
-        classes = int(classes)
-    if classes is None or isinstance(classes, int):
-        from timm.data import ImageNetInfo
-
-        wnids = sorted(ImageNetInfo().label_names())
-        return wnids if classes is None else wnids[:classes]
-    if isinstance(classes, str):
-        return [w for w, _ in vd.read_class_list(vd.SHIPPED_CLASSLISTS.get(classes, Path(classes)))]
-    return list(classes)
-
-
-def write_imagefolder(root: Path, wnids: Sequence[str], size: int, *, train_per_class: int = 2,
-                      val_per_class: int = 1) -> Path:
-    """``root/train/<wnid>/*.JPEG`` and ``root/val/<wnid>/*.JPEG``: ``size x size`` JPEGs (a few encoded once,
-    their bytes written into every class folder)."""
-    from PIL import Image
-
-    blobs = []
-    for arr in _smooth_images(4, size):
-        buf = io.BytesIO()
-        Image.fromarray(arr).save(buf, format="JPEG", quality=90)
-        blobs.append(buf.getvalue())
-    for split, n in (("train", train_per_class), ("val", val_per_class)):
-        for c, w in enumerate(wnids):
-            d = root / split / w
-            d.mkdir(parents=True, exist_ok=True)
-            for i in range(n):
-                (d / f"{w}_{split}_{i}.JPEG").write_bytes(blobs[(c + i) % len(blobs)])
-    return root
-
-
-def write_cifar(root: Path, which: int = 10, *, per_file: int = 2, n_test: int = 4, seed: int = 0) -> Path:
-    """CIFAR's python release under ``root``: ``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``
-    or ``cifar-100-python/{train,test,meta}``; bytes keys, ``data`` uint8 ``[n, 3072]`` in R, G, B planes."""
-    rng = np.random.default_rng(seed)
-    if which == 10:
-        d, files, label_key = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], b"labels"
-        meta, names = {"batches.meta": b"label_names"}, [n.encode() for n in CIFAR10_NAMES]
-    else:  # the fine labels' names are not shipped with anything installed here: placeholders in their place
-        d, files, label_key = root / "cifar-100-python", ["train"], b"fine_labels"
-        meta, names = {"meta": b"fine_label_names"}, [f"class_{i:02d}".encode() for i in range(100)]
-    d.mkdir(parents=True, exist_ok=True)
-
-    def dump(name: str, n: int) -> None:
-        planes = np.stack([a.transpose(2, 0, 1).reshape(-1) for a in _smooth_images(n, 32, int(rng.integers(1e6)))])
-        payload = {b"batch_label": name.encode(), label_key: [int(x) for x in rng.integers(0, which, n)],
-                   b"data": planes.astype(np.uint8), b"filenames": [f"smoke_{name}_{i}.png".encode() for i in range(n)]}
-        with open(d / name, "wb") as f:
-            pickle.dump(payload, f, protocol=2)
-
-    for name in files:
-        dump(name, per_file * (5 if which == 100 else 1))
-    dump("test_batch" if which == 10 else "test", n_test)
-    ((meta_name, key),) = meta.items()
-    with open(d / meta_name, "wb") as f:
-        pickle.dump({key: names}, f, protocol=2)
-    return root
-
-
-def write_data(pre: VisionPreset, root: Path) -> Optional[Path]:
-    """The preset's data in its real format under ``root`` (``--data-dir``); None for the bundled digits."""
-    kind = pre.data.kind
-    if kind == "digits":
-        return None
-    root.mkdir(parents=True, exist_ok=True)
-    if kind in ("cifar10", "cifar100"):
-        return write_cifar(root, 10 if kind == "cifar10" else 100)
-    return write_imagefolder(root, imagefolder_classes(pre.data.classes), pre.data.image_size)
-
-
-# ------------------------------------------------------------------------------------------- smoke preset
-def smoke_preset(pre: VisionPreset) -> VisionPreset:
-    """The preset with the smoke's shortenings (module docstring); everything else is the preset's."""
-    t = pre.train
-    train = dataclasses.replace(t, steps=SMOKE_STEPS, batch_size=SMOKE_BATCH, micro_batch_size=1 if
-                                t.micro_batch_size else 0, precision="fp32", warmup=1 if t.warmup else 0,
-                                eval_every=SMOKE_STEPS, checkpoint_every=1, patience=0, min_steps=0)
-    data = pre.data
-    if data.kind == "imagenet":
-        data = dataclasses.replace(data, val_per_class=1)
-    elif data.kind != "digits":
-        data = dataclasses.replace(data, val_size=2)
-    return dataclasses.replace(
-        pre, train=train, data=data,
-        recipe=dataclasses.replace(pre.recipe, eval_batch_size=SMOKE_BATCH, workers=min(pre.recipe.workers, 1)),
-        sweep=dataclasses.replace(pre.sweep, resolutions=[r for r in pre.sweep.resolutions
-                                                           if r != pre.data.image_size][:1], batch=1),
-        setting=f"{pre.key}-smoke")
-
-
-def full_run_cost(pre: VisionPreset, spec, num_classes: int):
-    """:class:`attnbench.smoke.FullRunCost` of ``pre``'s full run with ``spec``: its steps x batch images, at the
-    training FLOPs of one image (forward + backward) of its ViT."""
-    import torch
-
-    from attnbench.smoke import FullRunCost, train_flops
-
-    from .train import build_model
-
-    model = build_model(spec, pre, num_classes)
-    x = torch.randn(1, 3, pre.data.image_size, pre.data.image_size)
-    flops = train_flops(lambda: model(x).float().sum().backward())
-    return FullRunCost(steps=pre.train.steps, items_per_step=pre.train.batch_size, unit="images",
-                       train_flops_per_item=float(flops))
 
 
 # ------------------------------------------------------------------------------------------------- the run

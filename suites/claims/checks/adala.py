@@ -95,13 +95,13 @@ def run_depth(ctx: Context) -> Result:
                      f"errors lies above 1; fails if it lies at or below 1")
     if ctx.teacher is None:
         raise Skip("no trained model for real inputs")
+    from attnbench.image.classify import build_classifier
     from attnbench.models.vit import load_pretrained
-    from attnbench.suites.vision.train import build_model
 
     teacher, splits, pre = load_teacher(ctx.teacher)
     teacher.requires_grad_(False)
     torch.manual_seed(ctx.seed)
-    student = build_model(ctx.spec, pre, splits.num_classes)
+    student = build_classifier(ctx.spec, pre, splits.num_classes)
     load_pretrained(student, ctx.teacher.path, allow_missing_mechanism=True)
     student.eval()
     train_x = images(splits.train, s["train_images"])
