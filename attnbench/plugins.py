@@ -90,10 +90,13 @@ def resolve(src: str) -> str:
     src = src.strip()
     if not src:
         raise PluginError("--plugin: got an empty source; give a file (my_attn.py) or a module (mypkg.attn)")
+    if Path(src).expanduser().is_dir():
+        return str(Path(src).expanduser().resolve())
     if _looks_like_file(src):
         path = Path(src).expanduser()
         if not path.is_file():
-            raise PluginError(f"--plugin {src}: no such file ({path.resolve()}); give a .py file or a dotted module")
+            raise PluginError(f"--plugin {src}: no such file ({path.resolve()}); give a .py file, a folder or a "
+                              f"dotted module")
         return str(path.resolve())
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", src):
         raise PluginError(f"--plugin {src!r}: not a file and not a dotted module name (e.g. my_attn.py, mypkg.attn)")
@@ -152,11 +155,21 @@ def _import_failure(src: str, exc: BaseException) -> PluginError:
     return PluginError(msg)
 
 
-def _load_file(path: str) -> Plugin:
-    data = Path(path).read_bytes()
-    name = _module_name(path)
-    plugin = Plugin(source=path, module=name, sha256=_hash_text(data), kind="file")
-    spec = importlib.util.spec_from_file_location(name, path)
+def _load_file(path: str, package: bool = False) -> Plugin:
+    """Import a file under a stable module name; ``package``: ``path`` is a package's ``__init__.py`` (the plug-in
+    is the folder, its hash covers every ``.py`` file under it)."""
+    source = str(Path(path).parent) if package else path
+    name = _module_name(source)
+    if package:
+        h = hashlib.sha256()
+        for p in sorted(Path(source).rglob("*.py")):
+            h.update(str(p.relative_to(source)).encode() + b"\0" + p.read_bytes())
+        digest = h.hexdigest()
+    else:
+        digest = _hash_text(Path(path).read_bytes())
+    plugin = Plugin(source=source, module=name, sha256=digest, kind="package" if package else "file")
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[source] if package
+                                                  else None)
     if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
         raise PluginError(f"plug-in {path}: cannot be imported as a Python file")
     module = importlib.util.module_from_spec(spec)
@@ -217,7 +230,8 @@ def _forget(plugin: Plugin) -> None:
     """Undo a failed import's registrations, so a corrected plug-in loads cleanly."""
     from . import registry
 
-    sys.modules.pop(plugin.module, None) if plugin.kind == "file" else None
+    if plugin.kind in ("file", "package"):
+        sys.modules.pop(plugin.module, None)
     _BY_MODULE.pop(plugin.module, None)
     for (kind, name), p in list(_REGISTERED.items()):
         if p is plugin:
@@ -233,11 +247,36 @@ def load(src: str) -> Plugin:
     from . import registry
 
     registry._ensure_builtins()  # first the built-ins, so that a clash names the built-in
+    if os.path.isdir(key):
+        return _load_folder(key)
     before = set(_REGISTERED)
     plugin = _load_file(key) if os.path.isabs(key) else _load_module(key)
     _LOADED[key] = plugin
     new = [k for k in _REGISTERED if k not in before]
     registry._derive_feature_map_attentions([n for kind, n in new if kind == "feature map"], plugin)
+    return plugin
+
+
+def _load_folder(path: str) -> Plugin:
+    """A folder: a package (with ``__init__.py``: imported as one module, its sub-modules relative to it), else
+    every ``*.py`` file in it (sorted; names starting with ``_`` or ``test_`` are skipped)."""
+    from . import registry
+
+    folder = Path(path)
+    if (folder / "__init__.py").is_file():
+        before = set(_REGISTERED)
+        plugin = _load_file(str(folder / "__init__.py"), package=True)
+        new = [k for k in _REGISTERED if k not in before]
+        registry._derive_feature_map_attentions([n for kind, n in new if kind == "feature map"], plugin)
+    else:
+        files = [p for p in sorted(folder.glob("*.py")) if not p.name.startswith(("_", "test_"))]
+        if not files:
+            raise PluginError(f"--plugin {path}: the folder has no .py file and no __init__.py")
+        for f in files:
+            load(str(f))
+        h = hashlib.sha256("".join(_LOADED[str(f.resolve())].sha256 for f in files).encode()).hexdigest()
+        plugin = Plugin(source=path, module="", sha256=h, kind="folder")
+    _LOADED[path] = plugin
     return plugin
 
 
@@ -287,7 +326,7 @@ def _load_env() -> None:
 
 def _export() -> None:
     global _ENV_DONE
-    sources = [p.source for key, p in _LOADED.items() if p.kind != "entry point"]
+    sources = list(dict.fromkeys(p.source for p in _LOADED.values() if p.kind != "entry point"))
     if sources:
         os.environ[ENV] = os.pathsep.join(sources)
         _ENV_DONE = os.environ[ENV]
@@ -376,22 +415,23 @@ def _tokens(obj: Any) -> set[str]:
 
 
 def identity(attention: str, options: Any = None) -> dict[str, str]:
-    """``{source: sha256}`` of the plug-ins whose mechanisms ``attention`` (a name or label such as
-    ``deltanet+mymap``) and ``options`` name; empty for built-ins. Part of a point's identity."""
+    """``{mechanism: sha256 of its plug-in's source}`` for the plug-in mechanisms that ``attention`` (a name or
+    label such as ``deltanet+mymap``) and ``options`` name; empty for built-ins. Part of a point's identity: keyed
+    by name, not by path: moving the file keeps its results, editing it reruns them."""
+    return {name: p.sha256 for (kind, name), p in sorted(_used(attention, options))}
+
+
+def _used(attention: str, options: Any) -> list[tuple[tuple[str, str], Plugin]]:
     if not (_REGISTERED or os.environ.get(ENV)):
-        return {}
-    if os.environ.get(ENV, "") != (_ENV_DONE or "") and os.environ.get(ENV):
+        return []
+    if os.environ.get(ENV) and os.environ.get(ENV, "") != (_ENV_DONE or ""):
         from . import registry
 
         registry._ensure_loaded()
     words = _tokens(attention) | _tokens(options)
-    out = {}
-    for (kind, name), p in _REGISTERED.items():
-        if name in words:
-            out[p.source] = p.sha256
-    return out
+    return [(key, p) for key, p in _REGISTERED.items() if key[1] in words]
 
 
 def provenance(attention: str, options: Any = None) -> dict[str, str]:
-    """What a record carries for the plug-ins it uses: ``{"plugin:<source>": "sha256:<hash>"}``."""
-    return {f"plugin:{src}": f"sha256:{h}" for src, h in sorted(identity(attention, options).items())}
+    """What a record carries for the plug-ins it uses: ``{"plugin:<file or module>": "sha256:<hash>"}``."""
+    return {f"plugin:{p.source}": f"sha256:{p.sha256}" for _, p in _used(attention, options)}

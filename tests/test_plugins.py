@@ -1,0 +1,350 @@
+"""Plug-ins (#23): a mechanism defined outside the repository, loaded by --plugin / ATTNBENCH_PLUGINS / entry points
+in every process of a run, checked by the registry's contract, recorded with its source hash.
+
+The in-process tests restore the registry, the plug-in state and ATTNBENCH_PLUGINS afterwards (``fresh``): nothing
+registered here leaks into the registry-wide tests. The end-to-end tests run the CLI in subprocesses on a copy of
+examples/my_attention.py outside the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnbench import plugins, registry
+from attnbench.plugins import PluginError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "my_attention.py"
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The registry and the plug-in state as they are now, restored after the test; ATTNBENCH_PLUGINS unset."""
+    registry._ensure_loaded()
+    monkeypatch.setattr(registry, "_ATTENTIONS", dict(registry._ATTENTIONS))
+    monkeypatch.setattr(registry, "_FEATURE_MAPS", dict(registry._FEATURE_MAPS))
+    for name in ("_LOADED", "_BY_MODULE", "_REGISTERED"):
+        monkeypatch.setattr(plugins, name, dict(getattr(plugins, name)))
+    monkeypatch.setattr(plugins, "_LOADING", [])
+    monkeypatch.setattr(plugins, "_ENTRY_POINTS_DONE", True)
+    monkeypatch.setenv(plugins.ENV, "")
+    monkeypatch.setattr(plugins, "_ENV_DONE", "")
+    monkeypatch.delenv(plugins.TRACEBACK_ENV, raising=False)
+    return monkeypatch
+
+
+def write(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+HEADER = """\
+    import torch
+    from attnbench import register_attention, register_feature_map
+    from attnbench.attention.base import Attention, FeatureMap
+    """
+
+
+def sdpa_attention(name: str, *, broken: bool = False) -> str:
+    """A plug-in attention: softmax attention whose fast form is SDPA (``broken``: the fast form forgets the mask)."""
+    causal = "False" if broken else "self.causal"
+    return HEADER + f"""
+    @register_attention
+    class Mine(Attention):
+        name = {name!r}
+
+        def forward_reference(self, q, k, v):
+            s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+            if self.causal:
+                n = q.shape[-2]
+                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            return s.softmax(-1) @ v
+
+        def forward_torch(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal={causal})
+    """
+
+
+# --- loading ----------------------------------------------------------------------------------------------------------
+def test_a_file_registers_its_mechanisms_once_and_is_exported_for_children(fresh, tmp_path):
+    src = shutil.copy(EXAMPLE, tmp_path / "my_attention.py")
+    loaded = plugins.activate([str(src)])
+    assert {"my_window", "my_softplus"} <= set(registry.names()) and "my_softplus" in registry.feature_map_names()
+    assert os.environ[plugins.ENV] == str(Path(src).resolve())
+    cls = registry.get_attention("my_window")
+    assert plugins.activate([str(src)]) == loaded and registry.get_attention("my_window") is cls  # idempotent
+    p = plugins.plugin_for("attention", "my_window")
+    assert p.source == str(Path(src).resolve()) and len(p.sha256) == 64
+    # the feature map became a full mechanism through the shared op, its options those of the map
+    assert registry.options_of(registry.get_attention("my_softplus")) == {"beta": 1.0}
+    attn = registry.build("my_softplus", heads=2, head_dim=8, causal=True, beta=2.0)
+    assert attn.feature_map.beta == 2.0 and "triton" in attn.impls_for(True)
+    with pytest.raises(Exception, match="beat"):
+        registry.build("my_softplus", heads=2, head_dim=8, beat=2.0)
+
+
+def test_a_module_a_folder_and_an_entry_point_load_too(fresh, tmp_path):
+    pkg = tmp_path / "site"
+    pkg.mkdir()
+    write(pkg / "modplug.py", sdpa_attention("from_module"))
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    write(folder / "a.py", sdpa_attention("from_folder"))
+    write(pkg / "epplug.py", sdpa_attention("from_entry_point"))
+    dist = pkg / "epplug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: epplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{plugins.GROUP}]\nmine = epplug\n")
+    fresh.syspath_prepend(str(pkg))
+    fresh.setattr(plugins, "_ENTRY_POINTS_DONE", False)
+    plugins.activate(["modplug", str(folder)])
+    assert {"from_module", "from_folder", "from_entry_point"} <= set(registry.names())
+    assert plugins.plugin_for("attention", "from_module").source == "modplug"
+    assert plugins.plugin_for("attention", "from_entry_point").kind == "entry point"
+    exported = os.environ[plugins.ENV].split(os.pathsep)
+    assert "modplug" in exported and str(folder.resolve()) in exported and "epplug" not in exported
+
+
+def test_environment_variable_is_loaded_on_first_lookup(fresh, tmp_path):
+    src = write(tmp_path / "envplug.py", sdpa_attention("from_env"))
+    fresh.setenv(plugins.ENV, str(src))
+    assert "from_env" in registry.names()
+
+
+# --- errors: one line, naming what and where ---------------------------------------------------------------------------
+def test_a_clash_names_both_sources(fresh, tmp_path):
+    clash = write(tmp_path / "clash.py", sdpa_attention("softmax"))
+    with pytest.raises(PluginError) as e:
+        plugins.activate([str(clash)])
+    msg = str(e.value)
+    assert "\n" not in msg and str(clash) in msg and "built-in attnbench.attention.softmax" in msg
+    a = write(tmp_path / "one.py", sdpa_attention("twice"))
+    b = write(tmp_path / "two.py", sdpa_attention("twice"))
+    plugins.activate([str(a)])
+    with pytest.raises(PluginError, match=f"plug-in {b}.*clashes.*plug-in {a}"):
+        plugins.activate([str(b)])
+
+
+def test_an_import_failure_is_one_line_with_file_and_line(fresh, tmp_path):
+    bad = write(tmp_path / "bad.py", "import math\n\nx = 1 / 0\n")
+    with pytest.raises(PluginError) as e:
+        plugins.load(str(bad))
+    msg = str(e.value)
+    assert "\n" not in msg and f"{bad}, line 3" in msg and "ZeroDivisionError" in msg and plugins.TRACEBACK_ENV in msg
+    syntax = write(tmp_path / "syntax.py", "def f(:\n")
+    with pytest.raises(PluginError, match=r"syntax\.py, line 1: SyntaxError"):
+        plugins.load(str(syntax))
+    fresh.setenv(plugins.TRACEBACK_ENV, "1")
+    with pytest.raises(PluginError, match="Traceback"):
+        plugins.load(str(bad))
+    with pytest.raises(PluginError, match="no such file"):
+        plugins.load(str(tmp_path / "absent.py"))
+    with pytest.raises(PluginError, match="no module named 'no_such_plugin_module'"):
+        plugins.load("no_such_plugin_module")
+    assert not any(p.source.endswith(("bad.py", "syntax.py")) for p in plugins.loaded())  # nothing half-loaded
+
+
+def test_a_class_that_misses_the_protocol_says_what_is_missing(fresh, tmp_path):
+    no_fast = write(tmp_path / "nofast.py", HEADER + """
+    @register_attention
+    class NoFast(Attention):
+        name = "nofast"
+        def forward_reference(self, q, k, v):
+            return v
+    """)
+    with pytest.raises(PluginError, match=r"'nofast'.*missing method forward_torch\(q, k, v\) for impl 'torch'"):
+        plugins.load(str(no_fast))
+    no_phi = write(tmp_path / "nophi.py", HEADER + """
+    @register_feature_map
+    class NoPhi(FeatureMap):
+        name = "nophi"
+    """)
+    with pytest.raises(PluginError, match=r"missing method phi\(x\)"):
+        plugins.load(str(no_phi))
+    not_module = write(tmp_path / "plain.py", HEADER + """
+    @register_attention
+    class Plain:
+        name = "plain"
+    """)
+    with pytest.raises(PluginError, match="must be a class deriving from attnbench.attention.base.Attention"):
+        plugins.load(str(not_module))
+    assert not {"nofast", "nophi", "plain"} & set(registry.names() + registry.feature_map_names())
+
+
+# --- provenance: the source hash is part of the cell's identity -------------------------------------------------------
+def test_point_identity_carries_the_plugin_hash_and_builtins_do_not_change(fresh, tmp_path):
+    from attnbench.provenance import config_hash
+    from attnbench.store import point_hash
+
+    kw = dict(suite="scaling", setting="s", task="t", options={}, params={"n": 1}, dtype="fp32", device="cpu")
+    plain = {k: v for k, v in kw.items()}
+    # a built-in's identity is exactly the pre-plug-in formula (committed results keep matching)
+    assert point_hash(attention="softmax", **kw) == config_hash({**plain, "attention": "softmax"})
+    src = write(tmp_path / "p.py", sdpa_attention("hashed"))
+    plugins.activate([str(src)])
+    assert point_hash(attention="softmax", **kw) == config_hash({**plain, "attention": "softmax"})
+    sha = plugins.plugin_for("attention", "hashed").sha256
+    assert point_hash(attention="hashed", **kw) == config_hash({**plain, "attention": "hashed",
+                                                                 "plugins": {"hashed": sha}})
+    assert point_hash(attention="deltanet+hashed", **kw) != config_hash({**plain, "attention": "deltanet+hashed"})
+    assert plugins.provenance("hashed") == {f"plugin:{src.resolve()}": f"sha256:{sha}"}
+
+
+# --- the contract -------------------------------------------------------------------------------------------------------
+def test_the_example_meets_the_contract_through_the_pytest_helper(fresh):
+    import attnbench.testing
+
+    plugins.activate([str(EXAMPLE)])
+    attnbench.testing.check_attention("my_window")
+    attnbench.testing.check_feature_map("my_softplus")
+
+
+def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_path):
+    """A planted bug (the causal fast form forgets its mask): `check` exits 1 with one line per failure naming the
+    mechanism, the form and the impl; the pytest helper fails the same way."""
+    from typer.testing import CliRunner
+
+    import attnbench.testing
+    from attnbench.cli import app
+
+    bad = write(tmp_path / "planted.py", sdpa_attention("planted", broken=True))
+    result = CliRunner().invoke(app, ["check", "--plugin", str(bad), "--attn", "planted", "--format", "md"])
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("FAIL planted")]
+    assert lines and all("[causal]" in ln for ln in lines), result.output
+    assert any("impl 'torch' vs reference" in ln and "disagrees with its reference" in ln for ln in lines)
+    assert any("no look-ahead" in ln for ln in lines)
+    assert not any("[bidir]" in ln for ln in result.output.splitlines() if ln.startswith("FAIL"))
+    with pytest.raises(pytest.fail.Exception, match="planted \\[causal\\] no look-ahead"):
+        attnbench.testing.check_attention("planted")
+    good = CliRunner().invoke(app, ["list", "--plugin", str(EXAMPLE), "--format", "json"])
+    assert good.exit_code == 0 and '"my_window"' in good.output and str(EXAMPLE) in good.output
+
+
+# --- every process of a run loads the plug-in -------------------------------------------------------------------------
+def _child_names(payload):
+    from attnbench import registry as reg
+
+    return {"names": reg.names(), "out": reg.build(payload, heads=2, head_dim=8)(*torch.ones(3, 1, 2, 3, 8)).shape}
+
+
+def test_children_see_the_plugin_without_a_flag(fresh, tmp_path):
+    from attnbench.bench.isolation import run_in_child
+
+    src = shutil.copy(EXAMPLE, tmp_path / "my_attention.py")
+    plugins.activate([str(src)])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", "import attnbench; print(sorted(attnbench.names()))"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "'my_window'" in out.stdout, out.stderr[-2000:]
+    child = run_in_child(_child_names, "my_window", timeout=120)  # the scaling suite's isolated child
+    assert child.status == "ok", child.error
+    assert "my_softplus" in child.result["names"] and tuple(child.result["out"]) == (1, 2, 3, 8)
+
+
+# --- end to end: one command per suite puts the plug-in beside the built-ins --------------------------------------------
+LRA_PRESET = """\
+name = "plugtest"
+description = "plug-in test preset"
+tasks_default = ["listops"]
+
+[model]
+dim = 16
+ffn_dim = 32
+heads = 2
+head_dim = 8
+layers = 1
+dropout = 0.0
+
+[train]
+batch_size = 8
+lr = 3e-3
+warmup = 0
+steps = 2
+eval_every = 2
+eval_batch_size = 16
+clip_grad_value = 1.0
+
+[tasks.listops]
+seq_len = 32
+[tasks.listops.generate]
+n_train = 32
+n_val = 16
+n_test = 16
+max_depth = 3
+max_args = 3
+min_length = 8
+max_length = 32
+"""
+
+
+def _cli(args, *, cwd, env=None, timeout=300):
+    base = {k: v for k, v in os.environ.items() if k != plugins.ENV}
+    env = {**base, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc
+
+
+def _records(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as con:
+        return con.execute("select attention, status, config_hash, packages, metrics from measurements").fetchall()
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """The example copied to a folder outside the repository."""
+    src = tmp_path / "my_attention.py"
+    shutil.copy(EXAMPLE, src)
+    return src
+
+
+def test_lra_under_torchrun_two_processes_puts_the_plugin_in_the_table(outside, tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text(LRA_PRESET)
+    run = _cli(["run", "lra", "--plugin", outside.name, "--attn", "my_window", "--tasks", "listops", "--preset",
+                str(preset), "--db", "two.db", "--out", "two", "--nproc", "2"], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "launching 2 processes" in run.stdout
+    ((attention, status, _, packages, metrics),) = _records(tmp_path / "two.db")
+    assert (attention, status) == ("my_window", "ok") and json.loads(metrics)["world_size"] == 2
+    assert f"plugin:{outside}" in packages
+    table = _cli(["table", "lra", "--db", "two.db", "--format", "md"], cwd=tmp_path)
+    assert table.returncode == 0 and "| my_window |" in table.stdout and "| softmax |" in table.stdout
+
+
+def test_vision_smoke_runs_the_plugin_feature_map(outside, tmp_path):
+    run = _cli(["run", "vision", "--plugin", str(outside), "--attn", "my_softplus", "--smoke", "--db", "v.db"],
+               cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert any(r[:2] == ("my_softplus", "ok") for r in _records(tmp_path / "v.db"))
+
+
+def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, tmp_path):
+    """The plug-in only through ATTNBENCH_PLUGINS (no flag): submitit's job process and the scaling suite's isolated
+    child load it; an unchanged file skips the cell, an edited one reruns it under a new identity."""
+    pytest.importorskip("submitit")
+    env = {plugins.ENV: str(outside)}
+    args = ["run", "scaling", "--attn", "my_window", "--seq", "32", "--mode", "fwd", "--db", "s.db", "--out", "w"]
+    first = _cli([*args, "--launcher", "submitit-local"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    ((_, status, hash1, packages1, _),) = _records(tmp_path / "s.db")
+    assert status == "ok" and f"plugin:{outside}" in packages1
+    again = _cli(args, cwd=tmp_path, env=env)
+    assert again.returncode == 0 and "already finished" in again.stdout and len(_records(tmp_path / "s.db")) == 1
+    outside.write_text(outside.read_text() + "\n# edited: a new version of the mechanism\n")
+    edited = _cli(args, cwd=tmp_path, env=env)
+    assert edited.returncode == 0, edited.stdout[-3000:] + edited.stderr[-3000:]
+    rows = _records(tmp_path / "s.db")
+    assert len(rows) == 2 and rows[1][1] == "ok" and rows[1][2] != hash1 and rows[1][3] != packages1
