@@ -1,0 +1,146 @@
+"""The options every suite's ``run`` shares: declared once (:func:`attnbench.clikit.run_command`), the same on every
+suite's command, parsed into one :class:`attnbench.runctx.RunOptions`, and carried to the run (``--threads`` into
+every record, ``--nproc`` to torchrun, ``--launcher`` to the job launcher, ``--plugin`` before any spec)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from attnbench import clikit
+from attnbench.cli import app
+from attnbench.errors import AttnbenchError
+from attnbench.runctx import RunOptions, run_options, work_dir
+from attnbench.store import Store
+
+from .test_engine_cli import PRESET
+
+SUITES = ("lra", "vision", "adala", "mixa", "lm", "scaling", "claims")
+FLAGS = {"seed": "--seed", "seeds": "--seeds", "force": "--force", "db": "--db", "out": "--out", "nproc": "--nproc",
+         "shard": "--shard", "launcher": "--launcher", "jobs": "--jobs", "partition": "--partition",
+         "gpus_per_job": "--gpus-per-job", "job_minutes": "--job-minutes", "threads": "--threads",
+         "plugin": "--plugin"}
+
+
+def run_commands() -> dict:
+    return dict(typer.main.get_command(app).commands["run"].commands)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_every_suite_run_command_takes_the_same_shared_options_from_one_declaration():
+    commands = run_commands()
+    assert set(SUITES) <= set(commands)
+    assert set(clikit.SHARED) == set(FLAGS)
+    seen = {}
+    for name, cmd in commands.items():
+        declared = [o for p in cmd.params for o in p.opts]
+        assert len(declared) == len(set(declared)), f"{name}: an option declared twice"
+        shared = {p.name: (tuple(p.opts), p.default, p.multiple, p.is_flag) for p in cmd.params
+                  if p.name in FLAGS}
+        assert {k: v[0] for k, v in shared.items()} == {k: (f,) for k, f in FLAGS.items()}, name
+        seen[name] = shared
+    first = seen[SUITES[0]]
+    assert all(s == first for s in seen.values())  # names, defaults, types: one declaration
+
+
+def test_run_options_seeds_and_replace():
+    assert RunOptions().seeds == [0] and RunOptions().seed == 0
+    assert RunOptions(seed=3).seeds == [3]
+    o = RunOptions(seeds=[2, 5])
+    assert o.seed == 2 and o.seeds == [2, 5]
+    assert o.replace(seed=7).seeds == [7] and o.replace(seeds=[4]).seed == 4
+    assert run_options(None, db="x.db", out="w").db == "x.db"
+    with pytest.raises(AttnbenchError, match="only one seed|one seed per command"):
+        o.only_seed()
+    with pytest.raises(AttnbenchError, match="twice"):
+        RunOptions(seeds=[1, 1])
+    with pytest.raises(AttnbenchError, match="--threads"):
+        RunOptions(threads=-1)
+    assert RunOptions(out="somewhere").work("lra") == Path("somewhere")
+    assert work_dir("lra").parts[-3:] == ("results", "runs", "lra")
+
+
+def test_seed_with_seeds_is_a_one_line_error(tmp_path):
+    db = tmp_path / "x.db"
+    for suite in SUITES:
+        r = invoke("run", suite, "--seed", "1", "--seeds", "0,1", "--db", str(db))
+        assert r.exit_code == 2 and "--seed and --seeds" in r.output, (suite, r.output)
+        assert "Traceback" not in r.output
+    r = invoke("run", "lra", "--attn", "softmax", "--seeds", "0,x", "--db", str(db))
+    assert r.exit_code == 2 and "comma-separated integers" in r.output
+    assert not db.exists()
+
+
+def test_nproc_of_a_one_process_suite_says_why(tmp_path):
+    for suite in ("claims", "scaling"):
+        r = invoke("run", suite, "--nproc", "2", "--db", str(tmp_path / "x.db"))
+        assert r.exit_code == 2 and "--nproc 2:" in r.output and "--shard" in r.output, r.output
+
+
+def test_threads_is_set_for_the_run_and_reaches_every_record(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    want = before + 1  # a count the run would not have by itself
+    preset = tmp_path / "toy.toml"
+    preset.write_text(PRESET)
+    db = tmp_path / "t.db"
+    try:
+        r = invoke("run", "lra", "--attn", "softmax", "--tasks", "listops", "--preset", str(preset), "--db", str(db),
+                   "--out", str(tmp_path / "w"), "--threads", str(want))
+    finally:
+        torch.set_num_threads(before)
+    assert r.exit_code == 0, r.output[-3000:]
+    with Store(db) as s:
+        (m,) = s.measurements(suite="lra")
+        (run,) = s.runs()
+    assert m.status == "ok" and m.metrics["threads"] == want
+    assert run["host"]["threads"] == want  # the run's environment names it too
+
+
+def test_mixa_takes_nproc_and_launcher_to_torchrun_and_the_job_launcher(tmp_path, monkeypatch):
+    from attnbench import sweep
+    from attnbench.train import dist
+
+    db = tmp_path / "m.db"
+    Store(db).close()  # the table printed after a launch reads it
+    relaunched, launched = [], []
+    monkeypatch.setattr(dist, "relaunch_under_torchrun",
+                        lambda nproc, argv, console=None: relaunched.append(nproc) or 0)
+    monkeypatch.setattr(sweep, "launch_jobs", lambda argv, **kw: launched.append(kw) or [])
+    r = invoke("run", "mixa", "--nproc", "2", "--db", str(db))
+    assert r.exit_code == 0 and relaunched == [2], r.output[-2000:]
+    r = invoke("run", "mixa", "--launcher", "slurm", "--jobs", "3", "--out", str(tmp_path / "w"), "--db", str(db))
+    assert r.exit_code == 0, r.output[-2000:]
+    (kw,) = launched
+    assert kw["jobs"] == 3 and kw["launcher"] == "slurm" and Path(kw["folder"]) == tmp_path / "w" / "jobs"
+    r = invoke("run", "mixa", "--nproc", "0", "--db", str(db))
+    assert r.exit_code == 2 and "--nproc must be >= 1" in r.output
+
+
+def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path):
+    """In a child process (loading a plug-in changes the registry of the process that loads it)."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "my_attention.py"
+    if not example.is_file():
+        pytest.skip("examples/my_attention.py not present")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    env.pop("ATTNBENCH_PLUGINS", None)
+    args = [sys.executable, "-m", "attnbench.cli", "run", "lra", "--attn", "my_window,nalla", "--db",
+            str(tmp_path / "p.db"), "--out", str(tmp_path / "w")]
+    without = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    with_plugin = subprocess.run(args + ["--plugin", str(example)], cwd=tmp_path, env=env, capture_output=True,
+                                 text=True, timeout=300)
+    assert without.returncode == 2 and "my_window" in without.stdout, without.stdout + without.stderr
+    # with the plug-in my_window is known: the error is about the typo alone
+    assert with_plugin.returncode == 2 and "nalla" in with_plugin.stdout, with_plugin.stdout + with_plugin.stderr
+    assert "'my_window'" not in with_plugin.stdout.split("nalla")[0]
+    assert not (tmp_path / "p.db").exists()
