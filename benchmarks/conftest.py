@@ -15,6 +15,8 @@ OPTIONS = {
     "--attn-dtype": ("ATTNBENCH_BENCH_DTYPE", "fp32", "fp32, bf16, fp16 or fp64"),
     "--attn-shape": ("ATTNBENCH_BENCH_SHAPE", "1,4,64", "batch,heads,head_dim"),
     "--attn-threads": ("ATTNBENCH_BENCH_THREADS", "1", "torch threads (0: torch's default, all cores)"),
+    "--attn-plugin": ("ATTNBENCH_PLUGINS", "", "plug-ins to load before --attn-names is read: files or modules "
+                      "registering attentions, separated as PATH is (attnbench's --plugin)"),
 }
 
 
@@ -36,6 +38,11 @@ def bench_option(config, opt: str) -> str:
 def pytest_configure(config):
     # resolved once; the test module reads config.attnbench_bench (no import of this conftest needed)
     config.attnbench_bench = {opt.lstrip("-")[5:]: bench_option(config, opt) for opt in OPTIONS}
+    sources = [s for s in config.attnbench_bench["plugin"].split(os.pathsep) if s.strip()]
+    if sources:  # registered (and exported to child processes) before the benchmarks are parametrized
+        from attnbench import plugins
+
+        plugins.activate(sources)
 
 
 def _machine(config) -> dict:
