@@ -54,11 +54,11 @@ class HedgehogFeatureMap(FeatureMap):
         attention, which has no eps)."""
         D = x.shape[-1]
         z = torch.matmul(x, w.to(x.dtype)).add_(b.to(x.dtype)[:, None, :])   # [B, H, n, D]
-        # max |z| from two plain reductions (aminmax and max(dim) are ~10x slower on the CPU)
+        # max |z| from two plain reductions (aminmax and max(dim) take much slower paths on the CPU)
         m = torch.maximum(z.amax(-1, keepdim=True), z.amin(-1, keepdim=True).neg_())  # [B, H, n, 1]
         torch.sub(z, m, out=out[..., :D])
         torch.sub(m.neg_(), z, out=out[..., D:])                              # -z - max|z|
-        out.exp_()                                                            # one contiguous pass (strided: ~3x)
+        out.exp_()                                                            # one contiguous pass, not two strided
         if normalise:
             out.div_(out.sum(-1, keepdim=True))
         return out
@@ -100,8 +100,8 @@ class HedgehogAttention(FeatureMapAttention):
     name = "hedgehog"
     paper = PAPER
     feature_map_cls = HedgehogFeatureMap
-    # the recomputing backward would redo the MLP and its autograd per block: 0.89-0.94x at N = 4k-16k (measured,
-    # benchmarks/bench_fast_paths.py --backward-gain); autograd through the blocked op is kept
+    # the recomputing backward would redo the MLP and its autograd per block, which costs more than it saves
+    # (benchmarks/bench_fast_paths.py --backward-gain); autograd through the blocked op is kept
     recompute_backward = False
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", tie_qk: bool = False):

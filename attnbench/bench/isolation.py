@@ -42,7 +42,7 @@ def _context(target_module: str):
 
         try:
             ctx = mp.get_context("forkserver")
-            # FlopCounterMode imports torch._dynamo on first use (seconds): preload it with the mechanisms
+            # FlopCounterMode imports torch._dynamo on first use, slowly: preload it with the mechanisms
             ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch.utils.flop_counter", "attnbench",
                                         "attnbench.attention", "attnbench.verify", __name__,
                                         target_module])

@@ -200,10 +200,10 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     4 chunks): within a block everything but the S_0 -> S_C carry is one batched call over its chunks of all
     heads, and the carry is a loop over chunks of two small matmuls (never over tokens). Blocks keep every
     temporary small, so it stays in cache and the allocator reuses it instead of faulting in fresh pages on
-    each call (at N = 4096, timed between calls of other code: 16 ms against 31 ms for whole-sequence
-    batching, whose 4 MiB temporaries were faulted in afresh every time), and memory beyond the inputs and
-    output does not grow with N. N need not be a multiple of C: the tail is
-    padded with k = v = beta = g = 0 tokens, which leave the state unchanged (a = 1, nothing written).
+    each call (whole-sequence batching makes temporaries large enough to be mapped and faulted in afresh
+    every time), and memory beyond the inputs and output does not grow with N. N need not be a multiple of C:
+    the tail is padded with k = v = beta = g = 0 tokens, which leave the state unchanged (a = 1, nothing
+    written).
     Shapes and return value as :func:`delta_rule_recurrent`.
     """
     _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size)
@@ -264,8 +264,8 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     """One block of whole chunks of :func:`delta_rule_chunked`, carrying ``S [BH, Dk, Dv]`` in and out.
 
     Every tensor is chunk-major (``[m*BH, C, ...]``, chunk c in rows ``c*BH:(c+1)*BH``), so the carry loop
-    reads and writes contiguous slices: a matmul into a strided slice costs 2-5x one into a contiguous block
-    on a CPU. Returns ``(o [m*BH, C, Dv] chunk-major, S_out [BH, Dk, Dv])``. With ``track`` (autograd) the
+    reads and writes contiguous slices: a matmul into a strided slice costs several times one into a contiguous
+    block on a CPU. Returns ``(o [m*BH, C, Dv] chunk-major, S_out [BH, Dk, Dv])``. With ``track`` (autograd) the
     loop works out of place; without it, in place into buffers private to this call.
     """
     BH, Dk, Dv = S.shape
@@ -282,7 +282,7 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     LT = torch.bmm(kb, kc.transpose(-1, -2))                                  # [m BH, C, C]  LT_ji = k_i . beta_j k_j
     PT = torch.bmm(kb, qc.transpose(-1, -2))                                  # [m BH, C, C]  PT_ji = q_i . beta_j k_j
     if g is None:
-        # keep j <= i; a multiply by a cached 0/1 mask is ~5x cheaper than triu_ here (values are finite)
+        # keep j <= i; a multiply by a cached 0/1 mask is much cheaper than triu_ here (values are finite)
         P = PT.mul_(_upper_mask(C, PT.dtype, PT.device)).transpose(-1, -2)   # [m BH, C, C]  j <= i
         rhs = vk                                                              # [V, K]
         a_c = None

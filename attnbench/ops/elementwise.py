@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-# e^-80 ~ 1.8e-35 stands in for anything smaller: ATen's CPU exp is 50-100x slower on arguments whose result
+# e^-80 ~ 1.8e-35 stands in for anything smaller: ATen's CPU exp takes a slow path on arguments whose result
 # underflows into subnormals or to 0
 EXP_FLOOR = -80.0
 
@@ -23,7 +23,7 @@ class _AbsPow(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
         # |x|^p = exp(p log|x|), with log|x| and the exponent floored (|x|^p >= e^-80 ~ 1.8e-35 instead of 0):
-        # ATen's log(0) = -inf, exp(-inf) and exp into subnormals take slow paths (~10x), and ReLU'd inputs are
+        # ATen's log(0) = -inf, exp(-inf) and exp into subnormals take slow paths, and ReLU'd inputs are
         # half zeros.
         y = torch.exp(torch.log(x.abs().clamp_min_(1e-30)).mul_(p).clamp_min_(EXP_FLOOR))
         ctx.save_for_backward(x, p, y)
@@ -51,7 +51,7 @@ def exp_floored(x: torch.Tensor) -> torch.Tensor:
 def abs_pow(x: torch.Tensor, p: torch.Tensor | float) -> torch.Tensor:
     """``|x| ** p`` for exponents p >= 1 (a tensor broadcasting against x, or a float), as exp(p log|x|).
 
-    ATen's ``pow`` with a tensor exponent is an order of magnitude slower on the CPU than exp/log. x = 0 gives
+    ATen's ``pow`` with a tensor exponent takes a much slower path on the CPU than exp/log. x = 0 gives
     about 1.8e-35 (a floor, see ``_AbsPow.forward``); gradients are exact, with the limits at x = 0 (0 for both x
     and p when p > 1) instead of NaN.
     """

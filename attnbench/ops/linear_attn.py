@@ -369,8 +369,8 @@ class TokenMap(NamedTuple):
     ``[B, H, b, M]`` of the tokens ``start : start + b`` (``x [B, H, b, D]``), differentiably; a token's features
     depend on the token, its position and parameters, never on other tokens. ``vjp(x, feats, dfeats) -> dx``
     (optional, for maps without parameters): the gradient by hand, no autograd; it may overwrite ``feats`` and
-    ``dfeats``. Per block, autograd's graph, its bookkeeping and fresh temporaries cost about as much as the
-    map itself (ELU + 1 at N = 16k: 6.8 ms by autograd, 3.4 ms by hand; measured)."""
+    ``dfeats``. For a cheap map it pays: per block, autograd's graph, its bookkeeping and fresh temporaries cost
+    about as much as the map itself."""
 
     phi: Callable[[torch.Tensor, int], torch.Tensor]
     vjp: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
@@ -395,9 +395,8 @@ def linear_attention_recomputed(phi_q: TokenMap, phi_k: TokenMap, q: torch.Tenso
     same gradients as the autograd path; what it saves is the autograd graph over the blocks: no per-block
     nodes, no feature tensors kept for the whole sequence (what the backward keeps beyond q, k, v and the output
     is S and z, O(M D)), and the gradients of q, k, v written block by block into one tensor each instead of
-    concatenated. Measured fwd + bwd against autograd through the blocked op (B 1, H 4, d 64, N 4k / 16k, one
-    run, interleaved): ELU + 1 1.13x / 1.26x faster, ReLU 1.25x / 1.35x; a map with an MLP (Hedgehog) 0.9x
-    (``benchmarks/bench_fast_paths.py --backward-gain``).
+    concatenated. It pays for cheap maps and costs for a map with an MLP, whose recomputation redoes the MLP
+    (Hedgehog keeps autograd); ``benchmarks/bench_fast_paths.py --backward-gain`` measures the gain per mechanism.
 
     Backward (normalised), for ``num = phi_q S / n``, ``den = phi_q z / n``, ``o = num r``, ``r = 1 / safe_den(den,
     eps)`` (module docstring) and the output's gradient G: ``d num = G r``, ``d den = -(G . o) r`` (0 where den is
@@ -443,7 +442,7 @@ class _Groups:
 
 class _Recomputed(torch.autograd.Function):
     # S [B, H, M, D] and z [B, H, M, 1] are kept apart (not [S | z]): matmuls with 65 columns, or with the
-    # transpose of a [M, 65] view, ran 1.3-2x slower than with 64 here (MKL, AVX-512; measured).
+    # transpose of a [M, 65] view, are markedly slower than with 64 in the CPU BLAS.
     @staticmethod
     def forward(ctx, cfg, q, k, v, scale, *tensors):
         phi_q, phi_k, inference_maps, normalize, eps, block_size, groups = cfg
