@@ -348,3 +348,26 @@ def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, t
     assert edited.returncode == 0, edited.stdout[-3000:] + edited.stderr[-3000:]
     rows = _records(tmp_path / "s.db")
     assert len(rows) == 2 and rows[1][1] == "ok" and rows[1][2] != hash1 and rows[1][3] != packages1
+
+
+def test_an_lm_with_a_plugin_feature_map_loads_in_a_fresh_process(fresh, outside, tmp_path):
+    """``deltanet+my_softplus``: the plug-in's map in the delta rule; the checkpoint names its plug-in, so lm-eval's
+    process (or anyone's ``load_lm``) loads it without a flag."""
+    from tokenizers import Tokenizer, models
+
+    from attnbench.models.lm import LMConfig, build_lm
+    from attnbench.suites.lm.artifact import save_lm
+
+    plugins.activate([str(outside)])
+    model = build_lm(LMConfig(vocab_size=16, hidden=32, layers=1, heads=2, head_dim=8, hidden_ratio=2.0,
+                              feature_map="my_softplus", feature_options={"beta": 2.0}))
+    assert model(torch.zeros(1, 5, dtype=torch.long)).shape == (1, 5, 16)
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    path = save_lm(tmp_path / "ckpt", model, tok, eos_id=0, max_length=8, meta={"variant": "deltanet+my_softplus"})
+    meta = json.loads((path / "config.json").read_text())["meta"]
+    assert meta["plugins"] == {str(outside): "sha256:" + plugins.plugin_for("feature map", "my_softplus").sha256}
+    env = {k: v for k, v in os.environ.items() if k != plugins.ENV}
+    code = ("import torch; from attnbench.suites.lm.artifact import load_lm; m = load_lm(%r); "
+            "print(m.model.cfg.feature_map, tuple(m.model(torch.zeros(1, 3, dtype=torch.long)).shape))" % str(path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "my_softplus (1, 3, 16)" in out.stdout, out.stderr[-2000:]

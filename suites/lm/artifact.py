@@ -8,7 +8,8 @@ Layout (``FORMAT`` 1)::
 
 ``meta`` holds at least ``setting`` (``lm/tiny``), ``variant`` (``gated_deltanet+nala``), ``config_hash`` (the
 training cell's), the corpus description and, for local corpora, ``heldout``: a JSONL file of the held-out
-documents (``{"text": ...}`` per line) from which the local lm-eval tasks are built.
+documents (``{"text": ...}`` per line) from which the local lm-eval tasks are built; for a model whose feature map
+comes from a plug-in, ``plugins``: ``{source: "sha256:..."}``, loaded again by :func:`load_lm`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def save_lm(folder: str | os.PathLike, model, tokenizer, *, eos_id: int, max_len
     """Write the artifact into ``folder`` (via a temporary sibling renamed into place: never half-written)."""
     import torch
 
+    from attnbench import plugins
+
+    used = plugins.provenance(str(meta.get("variant", "")), model.cfg.to_dict())
+    if used:  # the plug-ins its layers come from: load_lm loads them again (lm-eval's process, another machine)
+        meta = {**meta, "plugins": {k.removeprefix("plugin:"): v for k, v in used.items()}}
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -76,6 +82,11 @@ def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
         if cfg_file.get("format") != FORMAT:
             raise ArtifactError(f"{path / 'config.json'}: format {cfg_file.get('format')!r}, this attnbench reads "
                                 f"format {FORMAT}")
+        sources = list((cfg_file.get("meta") or {}).get("plugins") or {})
+        if sources:  # a model with a plug-in's feature map: its plug-in first (exported to lm-eval's children too)
+            from attnbench import plugins
+
+            plugins.activate(sources)
         cfg = LMConfig.from_dict(cfg_file["model"])
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ArtifactError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
