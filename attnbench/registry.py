@@ -10,7 +10,7 @@ import difflib
 import inspect
 from typing import Any, Callable, Optional, TypeVar
 
-from .errors import AttnbenchError, UnknownNameError
+from .errors import UnknownNameError
 
 T = TypeVar("T", bound=type)
 
@@ -211,16 +211,11 @@ def options_of(cls: type) -> dict[str, Any]:
     return out
 
 
-def _check_options(kind: str, name: str, cls: type, options: dict[str, Any]) -> None:
-    allowed = options_of(cls)
-    bad = [o for o in options if o not in allowed]
-    if bad:
-        hints = []
-        for o in bad:
-            close = difflib.get_close_matches(o, list(allowed), n=1, cutoff=0.5)
-            hints.append(f"{o!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        accepted = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
-        raise AttnbenchError(f"{kind} {name!r} got unknown option(s) {', '.join(hints)}; it accepts: {accepted}")
+def _check_options(kind: str, name: str, cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` validated by the one validator (:func:`attnbench.spec.check_options`): names and value types."""
+    from .spec import check_options
+
+    return check_options(f"{kind} {name!r}", options, options_of(cls))
 
 
 def build(name: str, *, heads: int, head_dim: int, causal: bool = False, impl: str = "auto", **options: Any):
@@ -232,7 +227,7 @@ def build(name: str, *, heads: int, head_dim: int, causal: bool = False, impl: s
     mechanism fail with a message that names the argument.
     """
     cls = get_attention(name)
-    _check_options("attention", name, cls, options)
+    options = _check_options("attention", name, cls, options)
     return cls(heads=heads, head_dim=head_dim, causal=causal, impl=impl, **options)
 
 
@@ -248,7 +243,7 @@ def build_for_length(name: str, *, seq_len: int, heads: int, head_dim: int, caus
 def build_feature_map(name: str, *, heads: int, head_dim: int, causal: bool = False, **options: Any):
     """Build the feature map ``name``; ``phi_q(q)`` and ``phi_k(k)`` map ``[B, H, N, D] -> [B, H, N, M]``."""
     cls = get_feature_map(name)
-    _check_options("feature map", name, cls, options)
+    options = _check_options("feature map", name, cls, options)
     return cls(heads=heads, head_dim=head_dim, causal=causal, **options)
 
 

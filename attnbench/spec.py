@@ -1,4 +1,4 @@
-"""An attention spec: a registered name plus build options, parsed and validated once where a run starts.
+"""A spec: a registered attention or feature map plus its build options, parsed and validated once.
 
 Command-line syntax (``--attn``): specs separated by commas, options after the name separated by colons::
 
@@ -6,26 +6,34 @@ Command-line syntax (``--attn``): specs separated by commas, options after the n
     nala:lam=2:tau=0.5        options; values are read as int, float, true/false, none, else a string
     softmax,nala:lam=2        two specs
 
-Validation happens in :func:`parse_specs` (names, option names, value types against the mechanism's defaults)
-and :meth:`AttentionSpec.check_builds` (a trial build at the run's real sizes, which catches values the
-mechanism's constructor refuses): both before any data is generated or any cell starts. Downstream code gets
-:class:`AttentionSpec` objects, never bare strings to re-check. ``label`` (``nala:lam=2``) names a spec in
-tables; ``options`` (merged preset + command-line options) are recorded with every result.
+This module is the one grammar (:func:`split_spec`, :func:`parse_value`) and the one option validator
+(:func:`check_options`: option names with a did-you-mean, value types against the defaults) of every spec:
+attentions and feature maps (:class:`Spec`), the registry's ``build`` and the composite specs a suite makes of
+them (the LM's ``LAYER+MAP:key=value`` variants). Validation happens in :meth:`Spec.make` / :func:`parse_specs`
+and :meth:`Spec.check_builds` (a trial build at the run's real sizes, which catches values the mechanism's
+constructor refuses): both before any data is generated or any cell starts. Downstream code gets :class:`Spec`
+objects, never bare strings to re-check. ``label`` (``nala:lam=2``) names a spec in tables; ``options`` (merged
+preset + command-line options) are recorded with every result.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 from typing import Any, Iterable, Mapping, Optional
 
 from . import registry
 from .errors import AttnbenchError
 
 SPEC_SYNTAX = "name[:key=value[:key=value...]] (e.g. nala:lam=2)"
+#: What a :class:`Spec` names: a registered attention or a registered feature map.
+KINDS = ("attention", "feature map")
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
+    """A command-line option value: ``true``/``false`` -> bool, ``none``/``null`` -> None, else int, float or the
+    string itself."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -39,58 +47,112 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def _coerce(name: str, key: str, value: Any, default: Any) -> Any:
-    """``value`` checked against the type of the mechanism's default (None default: anything goes)."""
+def split_spec(text: str, *, what: str = "attention spec", syntax: str = SPEC_SYNTAX) -> tuple[str, dict[str, Any]]:
+    """``"head:key=value:..."`` -> ``("head", {key: parsed value})``: the grammar every spec shares (the head is a
+    name, or a suite's composite such as the LM's ``LAYER+MAP``). A part that is not ``key=value`` or an option
+    given twice is an error naming ``what`` and the expected ``syntax``."""
+    head, *parts = [p.strip() for p in text.strip().split(":")]
+    if not head:
+        raise AttnbenchError(f"{what} {text!r}: empty name; expected {syntax}")
+    options: dict[str, Any] = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise AttnbenchError(f"{what} {text!r}: {part!r} is not key=value; expected {syntax}")
+        if key in options:
+            raise AttnbenchError(f"{what} {text!r}: option {key!r} given twice")
+        options[key] = parse_value(value.strip())
+    return head, options
+
+
+def label_of(name: str, options: Mapping[str, Any]) -> str:
+    """``name`` or ``name:key=value:...`` with the options sorted (a spec's label; also a stored record's)."""
+    return ":".join([name, *(f"{k}={v}" for k, v in sorted(options.items()))])
+
+
+def _coerce(what: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` checked against the type of the default (a None default or value: anything goes; an int is
+    accepted for a float and becomes one; a bool is never an int)."""
     if default is None or value is None:
         return value
-    ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          str: lambda v: isinstance(v, str)}.get(type(default))
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    ok = {bool: lambda: isinstance(value, bool),
+          int: lambda: isinstance(value, numbers.Integral) and not isinstance(value, bool),
+          float: lambda: real,
+          str: lambda: isinstance(value, str)}.get(type(default))
     if ok is None:  # tuples, lists, ...: left to the constructor
         return value
-    if not ok(value):
-        raise AttnbenchError(f"attention {name!r}: option {key}={value!r} must be a {type(default).__name__} "
+    if not ok():
+        raise AttnbenchError(f"{what}: option {key}={value!r} must be a {type(default).__name__} "
                              f"(default {default!r})")
     return float(value) if isinstance(default, float) else value
 
 
+def check_options(what: str, options: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str, Any]:
+    """The one option validator: every key of ``options`` must be in ``allowed`` (``{option: default}``; the error
+    names the unknown keys with the closest allowed ones and lists what is accepted), every value must have its
+    default's type. Returns the options with ints made floats where the default is a float. ``what`` names the
+    thing in the error (``attention 'nala'``)."""
+    bad = [k for k in options if k not in allowed]
+    if bad:
+        hints = []
+        for k in bad:
+            close = difflib.get_close_matches(k, list(allowed), n=1, cutoff=0.5)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        accepted = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
+        raise AttnbenchError(f"{what} got unknown option(s) {', '.join(hints)}; it accepts: {accepted}")
+    return {k: _coerce(what, k, v, allowed[k]) for k, v in options.items()}
+
+
+def _class_of(kind: str, name: str) -> type:
+    if kind == "attention":
+        return registry.get_attention(name)
+    if kind == "feature map":
+        return registry.get_feature_map(name)
+    raise ValueError(f"spec kind must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
 @dataclasses.dataclass(frozen=True)
-class AttentionSpec:
-    """A registered attention ``name`` and the ``options`` it is built with (validated)."""
+class Spec:
+    """A registered attention or feature map (``kind``) ``name`` and the ``options`` it is built with (validated,
+    sorted by key)."""
 
     name: str
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    kind: str = "attention"
 
     @classmethod
-    def make(cls, name: str, options: Optional[Mapping[str, Any]] = None) -> "AttentionSpec":
+    def make(cls, name: str, options: Optional[Mapping[str, Any]] = None, *, kind: str = "attention") -> "Spec":
         """Validate ``name`` (did-you-mean) and ``options`` (known keys, value types)."""
-        attn_cls = registry.get_attention(name)
-        allowed = registry.options_of(attn_cls)
-        out: dict[str, Any] = {}
-        for key, value in dict(options or {}).items():
-            if key not in allowed:
-                close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.5)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                accepted = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
-                raise AttnbenchError(f"attention {name!r} has no option {key!r}{hint} (it accepts: {accepted})")
-            out[key] = _coerce(name, key, value, allowed[key])
-        return cls(name, dict(sorted(out.items())))
+        allowed = registry.options_of(_class_of(kind, name))
+        out = check_options(f"{kind} {name!r}", dict(options or {}), allowed)
+        return cls(name, dict(sorted(out.items())), kind)
+
+    @classmethod
+    def parse(cls, text: str, *, kind: str = "attention") -> "Spec":
+        """``"nala:lam=2"`` -> ``Spec("nala", {"lam": 2.0})`` (validated)."""
+        name, options = split_spec(text, what=f"{kind} spec")
+        return cls.make(name, options, kind=kind)
 
     @property
     def label(self) -> str:
         """``name`` or ``name:key=value:...`` (the command-line spelling; parses back to this spec)."""
-        return ":".join([self.name, *(f"{k}={v}" for k, v in self.options.items())])
+        return label_of(self.name, self.options)
 
-    def with_defaults(self, defaults: Optional[Mapping[str, Any]]) -> "AttentionSpec":
+    def with_defaults(self, defaults: Optional[Mapping[str, Any]]) -> "Spec":
         """This spec over ``defaults`` (e.g. a preset's options for this mechanism): explicit options win."""
         if not defaults:
             return self
-        return AttentionSpec.make(self.name, {**defaults, **self.options})
+        return Spec.make(self.name, {**defaults, **self.options}, kind=self.kind)
 
     def build(self, *, heads: int, head_dim: int, seq_len: Optional[int] = None, causal: bool = False,
               impl: str = "auto"):
-        """The attention module (``build_for_length`` when ``seq_len`` is known: length-derived options)."""
+        """The module: an attention (``build_for_length`` when ``seq_len`` is known: length-derived options) or a
+        feature map (``impl`` and ``seq_len`` do not apply)."""
+        if self.kind == "feature map":
+            return registry.build_feature_map(self.name, heads=heads, head_dim=head_dim, causal=causal,
+                                              **self.options)
         if seq_len is None:
             return registry.build(self.name, heads=heads, head_dim=head_dim, causal=causal, impl=impl,
                                   **self.options)
@@ -110,23 +172,16 @@ class AttentionSpec:
         return {"name": self.name, "options": dict(self.options)}
 
 
-def parse_spec(text: str) -> AttentionSpec:
-    """``"nala:lam=2"`` -> ``AttentionSpec("nala", {"lam": 2.0})`` (validated)."""
-    parts = [p.strip() for p in text.strip().split(":")]
-    name, options = parts[0], {}
-    if not name:
-        raise AttnbenchError(f"empty attention name in {text!r}; expected {SPEC_SYNTAX}")
-    for part in parts[1:]:
-        key, eq, value = part.partition("=")
-        if not eq or not key.strip():
-            raise AttnbenchError(f"attention spec {text!r}: {part!r} is not key=value; expected {SPEC_SYNTAX}")
-        if key.strip() in options:
-            raise AttnbenchError(f"attention spec {text!r}: option {key.strip()!r} given twice")
-        options[key.strip()] = _parse_value(value.strip())
-    return AttentionSpec.make(name, options)
+#: The name the suites use for an attention's spec: the same type.
+AttentionSpec = Spec
 
 
-def parse_specs(text: Optional[str], *, required: bool = True) -> list[AttentionSpec]:
+def parse_spec(text: str, *, kind: str = "attention") -> Spec:
+    """``"nala:lam=2"`` -> ``Spec("nala", {"lam": 2.0})`` (validated)."""
+    return Spec.parse(text, kind=kind)
+
+
+def parse_specs(text: Optional[str], *, required: bool = True) -> list[Spec]:
     """A comma-separated ``--attn`` value -> specs. An empty list (``--attn ,``) is an error when ``required``;
     a spec given twice is an error (its cells would be one)."""
     items = [t for t in (text or "").split(",") if t.strip()]
@@ -136,13 +191,18 @@ def parse_specs(text: Optional[str], *, required: bool = True) -> list[Attention
                                  f"comma-separated (`attnbench list` shows the names)")
         return []
     specs = [parse_spec(t) for t in items]
-    labels = [s.label for s in specs]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise AttnbenchError(f"--attn names {', '.join(dup)} more than once")
+    check_distinct([s.label for s in specs], "--attn names {} more than once")
     return specs
 
 
-def as_specs(items: Iterable[str | AttentionSpec]) -> list[AttentionSpec]:
+def check_distinct(labels: Iterable[str], message: str) -> None:
+    """Labels given more than once are an error (``message`` with ``{}`` for them): their cells would be one."""
+    labels = list(labels)
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise AttnbenchError(message.format(", ".join(dup)))
+
+
+def as_specs(items: Iterable[str | Spec]) -> list[Spec]:
     """Library callers may pass names or specs; names are parsed (and so validated) here."""
-    return [i if isinstance(i, AttentionSpec) else parse_spec(i) for i in items]
+    return [i if isinstance(i, Spec) else parse_spec(i) for i in items]

@@ -1,4 +1,4 @@
-"""Attention specs, the shared model blocks, suites as plug-ins, and the generic CLI pieces (--attn, --shard,
+"""The shared model blocks, suites as plug-ins, and the generic CLI pieces (--attn, --shard,
 --launcher) through a real suite (LRA on a toy preset)."""
 
 from __future__ import annotations
@@ -14,48 +14,12 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench import registry
-from attnbench.errors import AttnbenchError, UnknownNameError
+from attnbench.errors import UnknownNameError
 from attnbench.models import BlockOptions, TransformerStack
-from attnbench.spec import parse_spec, parse_specs
+from attnbench.spec import parse_spec
 from attnbench.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-# --- specs ----------------------------------------------------------------------------------------------------
-def test_spec_parses_options_with_types_and_round_trips():
-    s = parse_spec("nala:lam=2:sign_split=true")
-    assert s.name == "nala" and s.options == {"lam": 2.0, "sign_split": True}
-    assert isinstance(s.options["lam"], float)  # int accepted where the default is a float
-    assert parse_spec(s.label) == s
-    assert [x.label for x in parse_specs("softmax, nala:lam=3")] == ["softmax", "nala:lam=3.0"]
-
-
-@pytest.mark.parametrize("text, match", [
-    ("nalla", "did you mean 'nala'"),
-    ("nala:lamb=2", "no option 'lamb'; did you mean 'lam'"),
-    ("nala:lam=big", "lam='big' must be a float"),
-    ("nala:lam", "is not key=value"),
-    ("nala:lam=1:lam=2", "given twice"),
-    (",", "names no attention"),
-    ("", "names no attention"),
-    ("nala,nala", "more than once"),
-])
-def test_bad_specs_fail_with_a_message_naming_what_is_wrong(text, match):
-    with pytest.raises(AttnbenchError, match=match):
-        parse_specs(text)
-
-
-def test_spec_values_the_mechanism_refuses_fail_at_the_trial_build():
-    spec = parse_spec("laplacian:landmarks=0")
-    with pytest.raises(AttnbenchError, match="--attn laplacian:landmarks=0"):
-        spec.check_builds(heads=2, head_dim=8, seq_len=16)
-
-
-def test_preset_options_are_defaults_the_command_line_overrides():
-    s = parse_spec("performer:features=16").with_defaults({"features": 128})
-    assert s.options == {"features": 16}
-    assert parse_spec("performer").with_defaults({"features": 128}).options == {"features": 128}
 
 
 # --- models ---------------------------------------------------------------------------------------------------

@@ -24,10 +24,11 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from attnbench import provenance
+from attnbench import presets
 from attnbench.errors import AttnbenchError, UnknownNameError
-from attnbench.presets import build, check_keys, check_top_level, read_preset
+from attnbench.presets import PresetError, check_keys
 from attnbench.presets import preset_names as _preset_names
+from attnbench.spec import Spec, check_distinct, check_options, split_spec
 from attnbench.train import TrainConfig
 
 from .data import DataConfig
@@ -53,39 +54,42 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A model of the table: layer kind, feature map, options (model options and the map's own)."""
+    """A model of the table: the layer kind with its model options (``LMConfig`` fields) and the feature map, a
+    :class:`attnbench.spec.Spec` of kind ``feature map`` with the map's own options."""
 
     layer: str
-    feature_map: str = "silu"
-    model_options: tuple = ()       # ((key, value), ...)
-    map_options: tuple = ()
+    map: Spec = dataclasses.field(default_factory=lambda: Spec("silu", {}, "feature map"))
+    model_options: tuple = ()       # ((key, value), ...) sorted by key
+
+    @property
+    def feature_map(self) -> str:
+        return self.map.name
+
+    @property
+    def map_options(self) -> tuple:
+        return tuple(self.map.options.items())
 
     @property
     def label(self) -> str:
-        head = self.layer + ("" if self.feature_map == "silu" else f"+{self.feature_map}")
+        """``LAYER[+MAP][:model options][:map options]``, each group sorted (parses back to this variant)."""
+        head = self.layer + ("" if self.map.name == "silu" else f"+{self.map.name}")
         opts = "".join(f":{k}={v}" for k, v in (*self.model_options, *self.map_options))
         return head + opts
 
     def options(self) -> dict[str, Any]:
-        return {"feature_map": self.feature_map, **dict(self.model_options), **dict(self.map_options)}
+        return {"feature_map": self.map.name, **dict(self.model_options), **dict(self.map.options)}
 
 
 @dataclasses.dataclass(frozen=True)
-class LMPreset:
-    name: str
+class LMPreset(presets.SuitePreset):
+    suite = "lm"
+
     data: DataConfig
     train: TrainConfig
     model: dict[str, Any]                 # shared LMConfig fields
-    layers: dict[str, dict[str, Any]]     # per layer kind
+    layers: dict[str, dict[str, Any]] = dataclasses.field(  # per layer kind: the [model.<layer>] tables
+        default_factory=dict, metadata={"from_file": False})
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    description: str = ""
-    source: str = ""
-    setting: str = ""
-    path: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.setting or f"lm/{self.name}"
 
     def model_config(self, variant: Variant, vocab_size: int):
         """The :class:`attnbench.models.lm.LMConfig` of ``variant`` in this preset, for a vocabulary."""
@@ -99,99 +103,66 @@ class LMPreset:
         return {"data": dataclasses.asdict(self.data), "model": self.model, "layers": self.layers,
                 "train": self.train.to_dict()}
 
-    def identity_hash(self) -> str:
-        return provenance.config_hash(self.identity())
-
 
 def preset_names() -> list[str]:
     return _preset_names(__package__)
 
 
-def load_preset(name_or_path: str | Path) -> LMPreset:
-    """An embedded preset (``tiny``, ``340m``) or a ``.toml`` file."""
-    data, file = read_preset(__package__, name_or_path, kind="lm")
-    check_top_level(data, file, tables=("data", "model", "train", "eval"), required=("name", "data", "model", "train"))
+def _read_model(data: dict, file: str) -> dict[str, Any]:
+    """``[model]``: the shared LMConfig fields, with a ``[model.<layer>]`` table per layer kind."""
+    if "model" not in data:
+        raise PresetError(f"{file}: top level: missing key 'model'")
     model = dict(data["model"])
     layers = {k: model.pop(k) for k in LAYERS if k in model}
     check_keys(model, MODEL_FIELDS, f"{file}: [model]")
     for k, table in layers.items():
         check_keys(table, MODEL_FIELDS, f"{file}: [model.{k}]")
-    return LMPreset(
-        name=data["name"], data=build(DataConfig, data["data"], f"{file}: [data]"),
-        train=build(TrainConfig, data["train"], f"{file}: [train]"), model=model, layers=layers,
-        eval=build(EvalConfig, data.get("eval", {}), f"{file}: [eval]"),
-        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
-        path=file)
+    return {"model": model, "layers": layers}
 
 
-def _value(text: str) -> Any:
-    from attnbench.spec import _parse_value
+def load_preset(name_or_path: str | Path) -> LMPreset:
+    """An embedded preset (``tiny``, ``340m``) or a ``.toml`` file."""
+    return presets.load(LMPreset, __package__, name_or_path, kind="lm", own=("model",), read=_read_model)
 
-    return _parse_value(text)
+
+def parse_variant(text: str) -> Variant:
+    """One ``LAYER[+MAP][:key=value...]`` (the grammar of :func:`attnbench.spec.split_spec`): each option goes to
+    the model when it is one of ``VARIANT_MODEL_OPTIONS``, else to the map; names and value types are checked by
+    the one validator (:func:`attnbench.spec.check_options`) against ``LMConfig``'s and the map's defaults."""
+    from attnbench.models.lm import LMConfig
+    from attnbench.registry import get_feature_map, options_of
+
+    head, opts = split_spec(text, what="--attn", syntax=VARIANT_SYNTAX)
+    layer, _, fmap = head.partition("+")
+    if layer not in LAYERS:
+        close = difflib.get_close_matches(layer, LAYERS, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownNameError(f"--attn {text!r}: unknown layer {layer!r}{hint} (LM variants are "
+                               f"{VARIANT_SYNTAX}; layers: {', '.join(LAYERS)})")
+    fmap = fmap or "silu"
+    try:
+        map_allowed = options_of(get_feature_map(fmap))
+    except UnknownNameError as e:
+        raise UnknownNameError(f"--attn {text!r}: {e}") from None
+    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
+    model_allowed = {k: defaults[k] for k in VARIANT_MODEL_OPTIONS}
+    opts = check_options(f"--attn {text!r}", opts, {**map_allowed, **model_allowed})  # a model option wins a clash
+    model = {k: v for k, v in opts.items() if k in model_allowed}
+    fm = Spec.make(fmap, {k: v for k, v in opts.items() if k not in model_allowed}, kind="feature map")
+    return Variant(layer=layer, map=fm, model_options=tuple(sorted(model.items())))
 
 
 def parse_variants(text: str) -> list[Variant]:
     """``--attn`` of ``attnbench run lm``: comma-separated variants, each validated (layer, map, option names
     and types) before anything runs."""
-    from attnbench.models.lm import LMConfig
-    from attnbench.registry import feature_map_names, get_feature_map, options_of
-
     items = [t.strip() for t in (text or "").split(",")]
     if not any(items):
         raise AttnbenchError(f"--attn: give at least one variant, {VARIANT_SYNTAX}")
-    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
-    out = []
-    for item in items:
-        if not item:
-            raise AttnbenchError(f"--attn {text!r}: an empty variant between commas")
-        head, *opts = item.split(":")
-        layer, _, fmap = head.partition("+")
-        if layer not in LAYERS:
-            close = difflib.get_close_matches(layer, LAYERS + ("gated_deltanet",), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UnknownNameError(f"--attn {item!r}: unknown layer {layer!r}{hint} (LM variants are "
-                                   f"{VARIANT_SYNTAX}; layers: {', '.join(LAYERS)})")
-        fmap = fmap or "silu"
-        if fmap not in feature_map_names():
-            close = difflib.get_close_matches(fmap, feature_map_names(), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UnknownNameError(f"--attn {item!r}: unknown feature map {fmap!r}{hint} (registered: "
-                                   f"{', '.join(feature_map_names())})")
-        map_allowed = options_of(get_feature_map(fmap))
-        model_opts, map_opts = {}, {}
-        for opt in opts:
-            key, eq, raw = opt.partition("=")
-            if not eq or not key:
-                raise AttnbenchError(f"--attn {item!r}: option {opt!r} is not key=value ({VARIANT_SYNTAX})")
-            value = _value(raw)
-            if key in VARIANT_MODEL_OPTIONS:
-                default = defaults[key]
-                if type(default) is bool and not isinstance(value, bool) or (
-                        type(default) is int and (isinstance(value, bool) or not isinstance(value, int))):
-                    raise AttnbenchError(f"--attn {item!r}: {key}={raw!r} must be a {type(default).__name__}")
-                model_opts[key] = value
-            elif key in map_allowed:
-                default = map_allowed[key]
-                if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-                    value = float(value)
-                if default is not None and not isinstance(value, type(default)):
-                    raise AttnbenchError(f"--attn {item!r}: {key}={raw!r} must be a {type(default).__name__} "
-                                         f"(default {default!r})")
-                map_opts[key] = value
-            else:
-                known = list(VARIANT_MODEL_OPTIONS) + list(map_allowed)
-                close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise AttnbenchError(f"--attn {item!r}: unknown option {key!r}{hint}; model options: "
-                                     f"{', '.join(VARIANT_MODEL_OPTIONS)}; {fmap} options: "
-                                     f"{', '.join(map_allowed) or 'none'}")
-        out.append(Variant(layer=layer, feature_map=fmap, model_options=tuple(sorted(model_opts.items())),
-                           map_options=tuple(sorted(map_opts.items()))))
-    labels = [v.label for v in out]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise AttnbenchError(f"--attn: variant(s) given twice: {', '.join(dup)}")
+    if not all(items):
+        raise AttnbenchError(f"--attn {text!r}: an empty variant between commas")
+    out = [parse_variant(item) for item in items]
+    check_distinct([v.label for v in out], "--attn: variant(s) given twice: {}")
     return out
 
 
-__all__ = ["EvalConfig", "LMPreset", "Variant", "load_preset", "parse_variants", "preset_names"]
+__all__ = ["EvalConfig", "LMPreset", "Variant", "load_preset", "parse_variant", "parse_variants", "preset_names"]
