@@ -1,5 +1,11 @@
 """Typed TOML presets, shared by the suites: TOML data loaded into dataclasses, every key checked.
 
+A suite declares its preset as a frozen dataclass deriving from :class:`SuitePreset` (the header every preset
+has: ``name``, ``description``, ``source``, ``setting``; the ``key`` results are recorded under; the identity
+hash) and loads it with :func:`load`: the file is found (an embedded preset by name, or a ``.toml`` path), the
+top level checked, every table read into the dataclass of its field, a key naming another preset resolved by the
+one rule of :func:`resolve_reference`, and the suite's own layout read by its ``read`` hook.
+
 An unknown key (with a did-you-mean), a missing required key or a value of the wrong type is a
 :class:`PresetError` naming the file and the key's path (``where``); a value a dataclass's ``__post_init__``
 rejects is reported the same way. Embedded presets are ``presets/*.toml`` package data of a suite; a path to any
@@ -15,13 +21,14 @@ import types
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+from . import provenance
 from .errors import AttnbenchError, UnknownNameError
 
 
@@ -100,21 +107,8 @@ def build(cls: type, table: Any, where: str, *, skip: tuple[str, ...] = ()) -> A
         raise PresetError(f"{where}: {e}") from None
 
 
+#: The keys every suite preset may have at its top level (the fields of :class:`SuitePreset`).
 HEADER = ("name", "description", "source", "setting")
-
-
-def check_top_level(data: dict, file: str, *, tables: tuple[str, ...], required: tuple[str, ...],
-                    strings: tuple[str, ...] = ()) -> None:
-    """The top level of a suite preset: only the common header (name, description, source, setting, all strings)
-    and the suite's ``tables``; the ``required`` keys present; ``strings`` (beyond the header) strings."""
-    where = f"{file}: top level"
-    check_keys(data, HEADER + tables, where)
-    for k in required:
-        if k not in data:
-            raise PresetError(f"{where}: missing key {k!r}")
-    for k in HEADER + strings:
-        if k in data and not isinstance(data[k], str):
-            raise PresetError(f"{where}: key {k!r} must be a string")
 
 
 def preset_names(package: str) -> list[str]:
@@ -123,30 +117,126 @@ def preset_names(package: str) -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
+def _locate(package: str, name_or_path: str | Path, kind: str) -> tuple[str, str, Path]:
+    """``(TOML text, where, folder)`` of an embedded preset by name or a ``.toml`` file by path; ``folder`` is
+    where the preset's own references to other ``.toml`` files are relative to."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml":
+        if not p.is_file():
+            raise PresetError(f"preset file {str(p)!r} does not exist")
+        return p.read_text(), str(p), p.resolve().parent
+    folder = resources.files(package) / "presets"
+    res = folder / f"{name_or_path}.toml"
+    if not res.is_file():
+        known = preset_names(package)
+        close = difflib.get_close_matches(str(name_or_path), known, n=2, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownNameError(f"unknown {kind} preset {str(name_or_path)!r}{hint} (embedded: "
+                               f"{', '.join(known)}; or give a path to a .toml file)")
+    return res.read_text(), f"presets/{name_or_path}.toml", Path(str(folder))
+
+
+def _parse(text: str, where: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PresetError(f"{where}: not valid TOML: {e}") from None
+
+
 def read_preset(package: str, name_or_path: str | Path, *, kind: str) -> tuple[dict, str]:
     """``(parsed TOML, where)`` for an embedded preset of ``package`` by name, or a ``.toml`` file by path.
 
     An unknown name is an :class:`UnknownNameError` with a did-you-mean (``kind`` names the suite in it); a
     missing file or invalid TOML is a :class:`PresetError`.
     """
-    p = Path(name_or_path)
-    if p.suffix == ".toml":
-        if not p.is_file():
-            raise PresetError(f"preset file {str(p)!r} does not exist")
-        text, where = p.read_text(), str(p)
-    else:
-        res = resources.files(package) / "presets" / f"{name_or_path}.toml"
-        if not res.is_file():
-            known = preset_names(package)
-            close = difflib.get_close_matches(str(name_or_path), known, n=2, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise UnknownNameError(f"unknown {kind} preset {str(name_or_path)!r}{hint} (embedded: "
-                                   f"{', '.join(known)}; or give a path to a .toml file)")
-        text, where = res.read_text(), f"presets/{name_or_path}.toml"
+    text, where, _ = _locate(package, name_or_path, kind)
+    return _parse(text, where), where
+
+
+def resolve_reference(value: str, folder: Path) -> str:
+    """The one rule for a preset key that names another preset (``vision = "tiny"``, ``vision = "my.toml"``): a
+    value ending in ``.toml`` is a file, relative to the folder of the naming preset's file (an embedded preset's:
+    the suite's ``presets/``); any other value is the name of a built-in preset of the suite the key names."""
+    if not value.endswith(".toml"):
+        return value
+    p = Path(value)
+    return str(p if p.is_absolute() else folder / p)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SuitePreset:
+    """The header of every suite preset. ``path``: where it was loaded from (set by :func:`load`, not a key of the
+    file). A suite's preset derives from this (a frozen dataclass), sets ``suite`` (the prefix of its default
+    ``key``) and defines ``identity()``: what a cell trains besides the attention, hashed into its identity."""
+
+    suite: ClassVar[str] = ""
+
+    name: str
+    description: str = ""
+    source: str = ""
+    setting: str = ""
+    path: str = dataclasses.field(default="", metadata={"from_file": False})
+
+    @property
+    def key(self) -> str:
+        """The setting results are recorded under (``<suite>/<name>`` unless the file says otherwise)."""
+        return self.setting or f"{self.suite}/{self.name}"
+
+    def identity(self) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} has no identity()")
+
+    def identity_hash(self) -> str:
+        return provenance.config_hash(self.identity())
+
+
+P = TypeVar("P", bound=SuitePreset)
+
+
+def load(cls: type[P], package: str, name_or_path: str | Path, *, kind: str, own: tuple[str, ...] = (),
+         read: Optional[Callable[[dict, str], dict[str, Any]]] = None,
+         references: Optional[Mapping[str, Callable[[str], Any]]] = None) -> P:
+    """The preset ``cls`` of suite ``package``: an embedded preset by name or a ``.toml`` file by path.
+
+    Every field of ``cls`` (the header's and the suite's; not those with ``metadata={"from_file": False}``) is
+    the top-level key of its name: a table is read into the field's dataclass (``where``: ``FILE: [table]``), a
+    value coerced to the field's type; a field without a default is a required key. ``references`` maps a key
+    that names another preset to the loader of that preset: the value is resolved by :func:`resolve_reference`
+    and the field holds the loaded preset. ``own``: top-level keys the suite lays out its own way, read by
+    ``read(data, where)`` into field values. Unknown keys and values ``cls`` refuses are :class:`PresetError` s
+    naming the file and the key.
+    """
+    text, file, folder = _locate(package, name_or_path, kind)
+    data = _parse(text, file)
+    where = f"{file}: top level"
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get("from_file", True)}
+    header = [k for k in HEADER if k in fields]
+    check_keys(data, [*header, *(k for k in fields if k not in header and k not in own), *own], where)
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for k, f in fields.items():
+        if k in own:
+            continue
+        if k not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise PresetError(f"{where}: missing key {k!r}")
+            continue
+        value = data[k]
+        if references and k in references:
+            if not isinstance(value, str):
+                raise PresetError(f"{where}: key {k!r} must be a string (a preset name or a .toml path)")
+            try:
+                kwargs[k] = references[k](resolve_reference(value, folder))
+            except (PresetError, ValueError) as e:
+                raise PresetError(f"{file}: {k} = {value!r}: {e}") from None
+        else:
+            kwargs[k] = coerce(hints[k], value, f"{file}: [{k}]" if isinstance(value, dict) else f"{where}: key {k!r}")
+    if read is not None:
+        kwargs.update(read(data, file))
     try:
-        return tomllib.loads(text), where
-    except tomllib.TOMLDecodeError as e:
-        raise PresetError(f"{where}: not valid TOML: {e}") from None
+        return cls(**kwargs, path=file)
+    except (TypeError, ValueError) as e:  # the preset's own checks (PresetError is a ValueError)
+        raise PresetError(f"{file}: {e}") from None
 
 
-__all__ = ["PresetError", "build", "check_keys", "check_top_level", "coerce", "preset_names", "read_preset"]
+__all__ = ["PresetError", "SuitePreset", "build", "check_keys", "coerce", "load", "preset_names", "read_preset",
+           "resolve_reference"]

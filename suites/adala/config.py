@@ -3,8 +3,9 @@
 A preset file has::
 
     name, description, source          # strings; ``setting`` (default "adala/<name>") keys the results
-    vision                             # the vision preset (name, or a .toml path relative to this file) that
-                                       # gives the data, the ViT, the recipe, the teacher and the from-scratch row
+    vision                             # the vision preset (a name, or a .toml path relative to this file: the rule
+                                       # of attnbench.presets.resolve_reference) that gives the data, the ViT,
+                                       # the recipe, the teacher and the from-scratch row
     [adala]                            # AdalaOptions: lambda of Eq. 4 and the choices the paper leaves open
     [stage1] [stage2] [stage3]         # one attnbench.train.TrainConfig per stage
 """
@@ -15,8 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench import provenance
-from attnbench.presets import PresetError, build, check_top_level, read_preset
+from attnbench import presets
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -88,21 +88,20 @@ class AdalaOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class AdalaPreset:
-    name: str
-    vision: str  # resolved: an embedded vision preset name or an absolute .toml path
-    adala: AdalaOptions
+class AdalaPreset(presets.SuitePreset):
+    suite = "adala"
+
+    vision: Any  # suites.vision.config.VisionPreset: the data, the ViT, the recipe, the teacher
     stage1: TrainConfig
     stage2: TrainConfig
     stage3: TrainConfig
-    description: str = ""
-    source: str = ""
-    setting: str = ""
-    path: str = ""
+    adala: AdalaOptions = dataclasses.field(default_factory=AdalaOptions)
 
-    @property
-    def key(self) -> str:
-        return self.setting or f"adala/{self.name}"
+    def __post_init__(self) -> None:
+        for k, metric in ((1, "loss"), (2, "loss"), (3, "top1")):
+            if self.stage(k).metric != metric:
+                raise ValueError(f"[stage{k}] metric must be {metric!r} (what stage {k} evaluates), got "
+                                 f"{self.stage(k).metric!r}")
 
     def stage(self, k: int) -> TrainConfig:
         return {1: self.stage1, 2: self.stage2, 3: self.stage3}[k]
@@ -114,13 +113,9 @@ class AdalaPreset:
     def identity(self) -> dict[str, Any]:
         return {"adala": dataclasses.asdict(self.adala), **{f"stage{k}": self.stage(k).to_dict() for k in ALL_STAGES}}
 
-    def identity_hash(self) -> str:
-        return provenance.config_hash(self.identity())
-
     def load_vision(self):
-        from attnbench.suites.vision.config import load_preset
-
-        return load_preset(self.vision)
+        """The vision preset (loaded with this preset)."""
+        return self.vision
 
 
 def preset_names() -> list[str]:
@@ -128,30 +123,9 @@ def preset_names() -> list[str]:
 
 
 def load_preset(name_or_path: str | Path) -> AdalaPreset:
-    """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is resolved (a relative .toml path
-    against the preset file's folder) and checked."""
-    data, file = read_preset(__package__, name_or_path, kind="adala")
-    check_top_level(data, file, tables=("vision", "adala", "stage1", "stage2", "stage3"),
-                    required=("name", "vision", "stage1", "stage2", "stage3"), strings=("vision",))
-    vision = data["vision"]
-    if vision.endswith(".toml"):
-        p = Path(vision)
-        if not p.is_absolute() and Path(file).is_file():
-            p = Path(file).parent / p
-        vision = str(p)
-    pre = AdalaPreset(
-        name=data["name"], vision=vision, adala=build(AdalaOptions, data.get("adala", {}), f"{file}: [adala]"),
-        stage1=build(TrainConfig, data["stage1"], f"{file}: [stage1]"),
-        stage2=build(TrainConfig, data["stage2"], f"{file}: [stage2]"),
-        stage3=build(TrainConfig, data["stage3"], f"{file}: [stage3]"),
-        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
-        path=file)
-    for k, metric in ((1, "loss"), (2, "loss"), (3, "top1")):
-        if pre.stage(k).metric != metric:
-            raise PresetError(f"{file}: [stage{k}] metric must be {metric!r} (what stage {k} evaluates), got "
-                              f"{pre.stage(k).metric!r}")
-    try:
-        pre.load_vision()
-    except (PresetError, ValueError) as e:
-        raise PresetError(f"{file}: vision = {data['vision']!r}: {e}") from None
-    return pre
+    """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is loaded by the vision suite's
+    loader (:func:`attnbench.presets.resolve_reference`: a name is an embedded vision preset, a .toml path is
+    relative to this preset's file)."""
+    from attnbench.suites.vision.config import load_preset as load_vision
+
+    return presets.load(AdalaPreset, __package__, name_or_path, kind="adala", references={"vision": load_vision})

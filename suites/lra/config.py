@@ -20,8 +20,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from attnbench import provenance
-from attnbench.presets import PresetError, build, check_keys, coerce, read_preset
+from attnbench import presets, provenance
+from attnbench.presets import PresetError, build, check_keys, coerce
 from attnbench.presets import preset_names as _preset_names
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
@@ -142,21 +142,13 @@ class TaskConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class Preset:
-    name: str
+class Preset(presets.SuitePreset):
+    suite = "lra"
+
     tasks: dict[str, TaskConfig]
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    description: str = ""
-    source: str = ""
-    setting: str = ""
     tasks_default: list[str] = dataclasses.field(default_factory=lambda: list(TASKS))
     attn_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    path: str = ""
-
-    @property
-    def key(self) -> str:
-        """The setting results are recorded under (``lra/<name>`` unless the file says otherwise)."""
-        return self.setting or f"lra/{self.name}"
 
     def task(self, name: str) -> TaskConfig:
         if name not in self.tasks:
@@ -177,14 +169,9 @@ def preset_names() -> list[str]:
     return _preset_names(__package__)
 
 
-def load_preset(name_or_path: str | Path) -> Preset:
-    """An embedded preset (``tiny``, ``skyformer``) or a ``.toml`` file; every key is checked (see module doc)."""
-    data, file = read_preset(__package__, name_or_path, kind="LRA")
-    top = ("name", "description", "source", "setting", "tasks_default", "model", "train", "tasks", "attn_options")
-    check_keys(data, top, f"{file}: top level")
-    if "name" not in data or not isinstance(data["name"], str):
-        raise PresetError(f"{file}: top level: missing string key 'name'")
-    model = build(ModelConfig, data.get("model", {}), f"{file}: [model]")
+def _read_tasks(data: dict, file: str) -> dict[str, Any]:
+    """``[train]`` (defaults of every task), ``[tasks.<task>]`` (each merged over them, with its optional
+    ``generate`` table) and ``tasks_default`` (default: every task of the file)."""
     train = data.get("train", {})
     check_keys(train, [f.name for f in dataclasses.fields(TaskConfig) if f.name != "generate"], f"{file}: [train]")
     tasks_tbl = data.get("tasks", {})
@@ -220,10 +207,10 @@ def load_preset(name_or_path: str | Path) -> Preset:
     for t in tasks_default:
         if t not in tasks:
             raise PresetError(f"{file}: tasks_default names {t!r}, which has no [tasks.{t}] table")
-    attn_options = coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]")
-    for k in ("description", "source", "setting"):
-        if k in data and not isinstance(data[k], str):
-            raise PresetError(f"{file}: top level: key {k!r} must be a string")
-    return Preset(name=data["name"], tasks=tasks, model=model, description=data.get("description", ""),
-                  source=data.get("source", ""), setting=data.get("setting", ""), tasks_default=tasks_default,
-                  attn_options=attn_options, path=file)
+    return {"tasks": tasks, "tasks_default": tasks_default}
+
+
+def load_preset(name_or_path: str | Path) -> Preset:
+    """An embedded preset (``tiny``, ``skyformer``) or a ``.toml`` file; every key is checked (see module doc)."""
+    return presets.load(Preset, __package__, name_or_path, kind="LRA", own=("train", "tasks", "tasks_default"),
+                        read=_read_tasks)

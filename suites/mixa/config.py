@@ -3,7 +3,8 @@
 A preset file has::
 
     name, description, source, setting  # strings; ``setting`` (default "mixa/<name>") keys the results
-    vision                              # the vision preset (name or .toml path): data, ViT, recipe, teacher
+    vision                              # the vision preset (a name, or a .toml path relative to this file: the
+                                        # rule of attnbench.presets.resolve_reference): data, ViT, recipe, teacher
     [score]                             # ScoreConfig: the batches Eq. 3 is computed on, the form of A'
     [select]                            # SelectConfig: k and the two mechanisms (Eqs. 4-5 and 6-7)
     [kd]                                # KDConfig: soft-label distillation temperature and weight
@@ -17,8 +18,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench import provenance
-from attnbench.presets import build, check_top_level, read_preset
+from attnbench import presets
+from attnbench.errors import AttnbenchError
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -51,15 +52,24 @@ class ScoreConfig:
 @dataclasses.dataclass(frozen=True)
 class SelectConfig:
     """The top-``k`` layers get ``quadratic`` (ReLU quadratic attention, Eqs. 4-5), the rest ``linear`` (SteLLA,
-    Eqs. 6-7); specs, so options may be given (``stella:impl=reference``)."""
+    Eqs. 6-7); specs, so options may be given (``relu_quadratic:block_size=64``). The text is the preset's identity;
+    ``quadratic_spec`` / ``linear_spec`` are the :class:`attnbench.spec.Spec` s parsed from it once, on load."""
 
     k: int = 6
     quadratic: str = "relu_quadratic"
     linear: str = "stella"
 
     def __post_init__(self) -> None:
+        from attnbench.spec import parse_spec
+
         if self.k < 0:
             raise ValueError(f"select.k must be >= 0, got {self.k}")
+        for key in ("quadratic", "linear"):
+            try:
+                spec = parse_spec(getattr(self, key))
+            except AttnbenchError as e:
+                raise ValueError(f"select.{key} = {getattr(self, key)!r}: {e}") from None
+            object.__setattr__(self, f"{key}_spec", spec)  # not a field: the identity stays the text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,22 +97,15 @@ class ControlsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class MixaPreset:
-    name: str
+class MixaPreset(presets.SuitePreset):
+    suite = "mixa"
+
     vision: Any  # suites.vision.config.VisionPreset: data, model, recipe
     train: TrainConfig
     score: ScoreConfig = dataclasses.field(default_factory=ScoreConfig)
     select: SelectConfig = dataclasses.field(default_factory=SelectConfig)
     kd: KDConfig = dataclasses.field(default_factory=KDConfig)
     controls: ControlsConfig = dataclasses.field(default_factory=ControlsConfig)
-    description: str = ""
-    source: str = ""
-    setting: str = ""
-    path: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.setting or f"mixa/{self.name}"
 
     def identity(self) -> dict[str, Any]:
         """What a variant's cell depends on besides its layers and the teacher: recorded and hashed."""
@@ -110,28 +113,15 @@ class MixaPreset:
                 "score": dataclasses.asdict(self.score), "select": dataclasses.asdict(self.select),
                 "kd": dataclasses.asdict(self.kd)}
 
-    def identity_hash(self) -> str:
-        return provenance.config_hash(self.identity())
-
 
 def preset_names() -> list[str]:
     return _preset_names(__package__)
 
 
 def load_preset(name_or_path: str | Path) -> MixaPreset:
-    """An embedded preset (``tiny``) or a ``.toml`` file."""
+    """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is loaded by the vision suite's
+    loader (:func:`attnbench.presets.resolve_reference`: a name is an embedded vision preset, a .toml path is
+    relative to this preset's file)."""
     from attnbench.suites.vision.config import load_preset as load_vision
 
-    data, file = read_preset(__package__, name_or_path, kind="mixa")
-    check_top_level(data, file, tables=("vision", "score", "select", "kd", "train", "controls"),
-                    required=("name", "vision", "train"), strings=("vision",))
-    vision = data["vision"]  # an embedded vision preset, or a .toml path (relative: to the working directory)
-    return MixaPreset(
-        name=data["name"], vision=load_vision(vision),
-        train=build(TrainConfig, data["train"], f"{file}: [train]"),
-        score=build(ScoreConfig, data.get("score", {}), f"{file}: [score]"),
-        select=build(SelectConfig, data.get("select", {}), f"{file}: [select]"),
-        kd=build(KDConfig, data.get("kd", {}), f"{file}: [kd]"),
-        controls=build(ControlsConfig, data.get("controls", {}), f"{file}: [controls]"),
-        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
-        path=file)
+    return presets.load(MixaPreset, __package__, name_or_path, kind="mixa", references={"vision": load_vision})

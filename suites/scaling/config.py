@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.bench.timing import DTYPES, MODES
-from attnbench.presets import PresetError, build, read_preset
+from attnbench import presets
+from attnbench.presets import PresetError
 from attnbench.presets import preset_names as _preset_names
 
 DEFAULT_PRESET = "cpu-default"
@@ -78,12 +79,12 @@ def task_name(mode: str, causal: bool) -> str:
     return f"{mode}/{'causal' if causal else 'bidir'}"
 
 
-@dataclasses.dataclass
-class ScalingPreset:
-    name: str
+@dataclasses.dataclass(frozen=True)
+class ScalingPreset(presets.SuitePreset):
+    suite = "scaling"
+
     attentions: list[str]
     grid: list[Grid]
-    description: str = ""
     batch: int = 1
     heads: int = 4
     head_dim: int = 64
@@ -117,5 +118,4 @@ def preset_names() -> list[str]:
 
 def load_preset(name_or_path: str | Path = DEFAULT_PRESET) -> ScalingPreset:
     """An embedded preset by name, or a ``.toml`` file by path."""
-    data, where = read_preset(__package__, name_or_path, kind="scaling")
-    return build(ScalingPreset, data, where)
+    return presets.load(ScalingPreset, __package__, name_or_path, kind="scaling")

@@ -17,8 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from attnbench import provenance
-from attnbench.presets import build, check_top_level, coerce, read_preset
+from attnbench import presets
 from attnbench.presets import preset_names as _preset_names
 from attnbench.train import TrainConfig
 
@@ -94,22 +93,15 @@ class ResolutionSweep:
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionPreset:
-    name: str
+class VisionPreset(presets.SuitePreset):
+    suite = "vision"
+
     data: DataConfig
     train: TrainConfig
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     recipe: RecipeConfig = dataclasses.field(default_factory=RecipeConfig)
     sweep: ResolutionSweep = dataclasses.field(default_factory=ResolutionSweep)
-    description: str = ""
-    source: str = ""
-    setting: str = ""
     attn_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    path: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.setting or f"vision/{self.name}"
 
     def options_for(self, attention: str) -> dict[str, Any]:
         return dict(self.attn_options.get(attention, {}))
@@ -120,9 +112,6 @@ class VisionPreset:
                 "train": self.train.to_dict(), "recipe": dataclasses.asdict(self.recipe),
                 "sweep": dataclasses.asdict(self.sweep)}
 
-    def identity_hash(self) -> str:
-        return provenance.config_hash(self.identity())
-
 
 def preset_names() -> list[str]:
     return _preset_names(__package__)
@@ -130,18 +119,7 @@ def preset_names() -> list[str]:
 
 def load_preset(name_or_path: str | Path) -> VisionPreset:
     """An embedded preset (``tiny``, ``cifar10``, ``imagenet100``, ``imagenet1k``) or a ``.toml`` file."""
-    data, file = read_preset(__package__, name_or_path, kind="vision")
-    check_top_level(data, file, tables=("data", "model", "train", "recipe", "sweep", "attn_options"),
-                    required=("name", "data", "train"))
-    return VisionPreset(
-        name=data["name"], data=build(DataConfig, data["data"], f"{file}: [data]"),
-        train=build(TrainConfig, data["train"], f"{file}: [train]"),
-        model=build(ModelConfig, data.get("model", {}), f"{file}: [model]"),
-        recipe=build(RecipeConfig, data.get("recipe", {}), f"{file}: [recipe]"),
-        sweep=build(ResolutionSweep, data.get("sweep", {}), f"{file}: [sweep]"),
-        description=data.get("description", ""), source=data.get("source", ""), setting=data.get("setting", ""),
-        attn_options=coerce(dict[str, dict[str, Any]], data.get("attn_options", {}), f"{file}: [attn_options]"),
-        path=file)
+    return presets.load(VisionPreset, __package__, name_or_path, kind="vision")
 
 
 #: What the CPU folder recipe carves for validation from each class of an ImageFolder's train/: a tenth of the
