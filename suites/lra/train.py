@@ -315,14 +315,17 @@ def train_config(cfg: TaskConfig) -> TrainConfig:
                        min_steps=cfg.min_steps, checkpoint_every=cfg.checkpoint_every)
 
 
-def plan_cells(preset: Preset, specs: Sequence[AttentionSpec], tasks: Sequence[str], *, seed: int, device: str,
-               data_fingerprints: dict[str, str]) -> list[Cell]:
-    """One cell per (task, spec). A spec's options are the preset's options for the mechanism overridden by the
-    spec's own; its identity (config hash) is unchanged from before the shared trainer for plain names."""
+def plan_cells(preset: Preset, specs: Sequence[AttentionSpec], tasks: Sequence[str], *, seed: int | Sequence[int],
+               device: str, data_fingerprints: dict[str, str]) -> list[Cell]:
+    """One cell per (task, spec, seed) (``seed``: one seed or several). A spec's options are the preset's options
+    for the mechanism overridden by the spec's own; its identity (config hash, with the seed in its params) is
+    unchanged from before the shared trainer for plain names, and a seed's cell is the same whether its run had
+    other seeds or not."""
     from attnbench.store import point_hash
 
+    seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
-    for task in tasks:
+    for task, seed in ((t, s) for t in tasks for s in seeds):
         cfg = preset.task(task)
         for spec in specs:
             full = spec.with_defaults(preset.options_for(spec.name))
@@ -333,7 +336,8 @@ def plan_cells(preset: Preset, specs: Sequence[AttentionSpec], tasks: Sequence[s
             h = point_hash(suite=SUITE, setting=preset.key, task=task, attention=label, options=dict(full.options),
                            params=params, dtype="float32", device=device)
             cells.append(Cell(task=task, attention=label, config_hash=h, options=dict(full.options), params=params,
-                              dtype="float32", seed=seed, payload=CellPlan(cfg=cfg, spec=full)))
+                              dtype="float32", seed=seed, payload=CellPlan(cfg=cfg, spec=full),
+                              name=f"{task} · {label} · seed {seed}" if len(seeds) > 1 else ""))
     return cells
 
 
@@ -437,7 +441,7 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
     from rich.markup import escape
 
     opts = run_options(opts, **fields)
-    seed = opts.only_seed()
+    seeds = opts.seeds  # one cell per (task, spec, seed)
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console
     specs = as_specs(attentions)
@@ -461,7 +465,7 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
         dpath = Path(data_dir) if data_dir else None
         say = run.say
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s) x "
-            f"{len(tasks)} task(s), seed {seed}, device {device}" + (f", {dist.world} processes" if dist.enabled
+            f"{len(tasks)} task(s), seed {','.join(map(str, seeds))}, device {device}" + (f", {dist.world} processes" if dist.enabled
                                                                      else ""))
         datas, skips = _prepare_all(pre, tasks, dpath, cache, console, dist)
         for t, msg in skips.items():
@@ -470,15 +474,17 @@ def run_lra(*, attentions: Sequence[str | AttentionSpec], tasks: Optional[Sequen
             est = sum(estimate_seconds(specs[0].with_defaults(pre.options_for(specs[0].name)), pre, t, d, device,
                                        dist.world) for t, d in datas.items())
             samples = ", ".join(f"{t} {pre.task(t).steps} steps x {pre.task(t).batch_size}" for t in datas)
-            say(f"{len(datas) * len(specs)} cell(s): {samples}; estimated {_fmt_duration(est * len(specs))} on "
+            say(f"{len(datas) * len(specs) * len(seeds)} cell(s): {samples}; estimated "
+                f"{_fmt_duration(est * len(specs) * len(seeds))} on "
                 f"this machine (timed from {specs[0].label}; other attentions differ; cells finished earlier "
                 f"are skipped)")
-        cells = plan_cells(pre, specs, [t for t in tasks if t in datas], seed=seed, device=device.type,
+        cells = plan_cells(pre, specs, [t for t in tasks if t in datas], seed=seeds, device=device.type,
                            data_fingerprints={t: d.fingerprint for t, d in datas.items()})
         skipped = [Outcome(Cell(task=t, attention=s.label, config_hash=""), CellResult("skipped"), skipped=msg)
                    for t, msg in skips.items() for s in specs]
         config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key,
-                  "attentions": [s.label for s in specs], "tasks": list(tasks), "seed": seed, "nproc": dist.world,
+                  "attentions": [s.label for s in specs], "tasks": list(tasks), "seed": seeds[0], "seeds": seeds,
+                  "nproc": dist.world,
                   "data_dir": data_dir, "model": dataclasses.asdict(pre.model),
                   "task_configs": {t: pre.task(t).to_dict() for t in tasks}}
         _warm_up([s.with_defaults(pre.options_for(s.name)) for s in specs], pre, device)
@@ -512,7 +518,7 @@ def _prepare_all(pre: Preset, tasks: Sequence[str], dpath: Optional[Path], cache
 def _line(o: Outcome) -> str:
     from rich.markup import escape
 
-    head = f"  {o.cell.task:<10} {escape(o.cell.attention):<14}"
+    head = f"  {o.cell.task:<10} {escape(o.cell.attention):<14}" + (f" seed {o.cell.seed}" if o.cell.name else "")
     r = o.result
     if r.status == "ok":
         m = r.metrics
