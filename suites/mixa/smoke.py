@@ -36,6 +36,8 @@ def variant_costs(pre: MixaPreset, outcomes, num_classes: int) -> list[tuple[str
     from attnbench.smoke import FullRunCost, train_flops
     from attnbench.spec import parse_spec
 
+    from .train import layer_specs
+
     vp = pre.vision
     teacher = build_classifier(parse_spec("softmax"), vp, num_classes).eval()
     x = torch.randn(1, 3, vp.data.image_size, vp.data.image_size)
@@ -45,7 +47,7 @@ def variant_costs(pre: MixaPreset, outcomes, num_classes: int) -> list[tuple[str
     for o in outcomes:
         if o.cell.payload is None:
             continue
-        student = build_classifier([parse_spec(s) for s in o.cell.params["specs"]], vp, num_classes)
+        student = build_classifier(layer_specs(pre, o.cell.params["depth"], o.cell.payload), vp, num_classes)
         flops = train_flops(lambda: student(x).float().sum().backward()) + teacher_flops
         out.append((o.cell.attention, FullRunCost(steps=pre.train.steps, items_per_step=pre.train.batch_size,
                                                   unit="images", train_flops_per_item=float(flops))))

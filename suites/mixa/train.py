@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import AttnbenchError
-from attnbench.spec import parse_spec
+from attnbench.spec import Spec
 from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
 from attnbench.train import TrainOrder, TrainTask, train
@@ -76,6 +76,13 @@ def score_batches(splits, pre: MixaPreset):
     return out
 
 
+def layer_specs(pre: MixaPreset, depth: int, quadratic_layers) -> list[Spec]:
+    """The spec of every layer of a variant: the preset's quadratic spec in ``quadratic_layers``, its linear spec
+    elsewhere (both parsed once, with the preset)."""
+    return mixa_score.mixed_specs(depth, quadratic_layers, quadratic_spec=pre.select.quadratic_spec,
+                                  linear_spec=pre.select.linear_spec)
+
+
 def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerScores, teacher_id: str,
                seed: int, device: str, data_fingerprint: str) -> list[Cell]:
     from attnbench.store import point_hash
@@ -96,8 +103,7 @@ def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerS
             specs = ["softmax"] * depth
             params = {**base, "variant": TEACHER, "quadratic_layers": None, "specs": specs}
         else:
-            specs = [s.label for s in mixa_score.mixed_specs(depth, layers, quadratic_spec=pre.select.quadratic,
-                                                             linear_spec=pre.select.linear)]
+            specs = [s.label for s in layer_specs(pre, depth, layers)]
             params = {**base, "variant": name, "quadratic_layers": layers, "specs": specs}
         options = {"quadratic_layers": layers, "k": None if layers is None else len(layers)}
         h = point_hash(suite=SUITE, setting=pre.key, task=pre.vision.data.kind, attention=name, options=options,
@@ -137,7 +143,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
         wall = time.perf_counter() - t0
     else:
         torch.manual_seed(cell.seed)
-        specs = [parse_spec(s) for s in cell.params["specs"]]
+        specs = layer_specs(pre, cell.params["depth"], cell.payload)
         model = build_classifier(specs, vp, splits.num_classes)
         load_pretrained(model, teacher_path)  # the mechanisms' own α', β' stay at 1
         model = model.to(device)
@@ -216,8 +222,8 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
         raise AttnbenchError(f"{vp.path}: [model] size {vp.model.size!r} is not one of {', '.join(VIT_SIZES)}")
     k = pre.select.k if k is None else k
     mixa_score.check_k(k, size.depth)
-    for name in (pre.select.quadratic, pre.select.linear):  # a spec the mechanism refuses fails before any work
-        parse_spec(name).check_builds(heads=size.heads, head_dim=size.embed_dim // size.heads,
+    for spec in (pre.select.quadratic_spec, pre.select.linear_spec):  # a value the mechanism refuses fails here
+        spec.check_builds(heads=size.heads, head_dim=size.embed_dim // size.heads,
                                       seq_len=(vp.data.image_size // vp.model.patch_size) ** 2 + 1)
     if teacher is not None and not Path(teacher).is_file():
         raise AttnbenchError(f"--teacher {teacher}: no such file")
