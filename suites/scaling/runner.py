@@ -36,7 +36,7 @@ from typing import Any, Iterable
 from attnbench import provenance, registry
 from attnbench.bench import isolation
 from attnbench.errors import AttnbenchError
-from attnbench.spec import AttentionSpec, as_specs
+from attnbench.spec import AttentionSpec, as_specs, label_of
 from attnbench.store import Measurement, Store, point_hash
 from attnbench.sweep import Cell
 
@@ -50,7 +50,7 @@ INJECT_KINDS = ("oom", "timeout", "fail")
 
 def spec_label(attention: str, options: dict[str, Any]) -> str:
     """``name`` or ``name:key=value:...`` (an :class:`AttentionSpec`'s label, also for a stored record)."""
-    return ":".join([attention, *(f"{k}={v}" for k, v in sorted(options.items()))])
+    return label_of(attention, options)
 
 
 @dataclasses.dataclass
@@ -181,7 +181,7 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
     for s in specs:
         desc = registry.describe(s.name)
         s.check_builds(heads=p.heads, head_dim=p.head_dim, seq_len=n_min, causal=not desc["bidirectional"])
-    setting = f"{SUITE}/{p.name}"
+    setting = p.key  # scaling/<name> unless the preset sets its own
     if over:
         short = {"batch": "b", "heads": "h", "head_dim": "d", "threads": "t"}
         setting += "[" + ",".join(f"{short[k]}{v}" for k, v in over.items()) + "]"
