@@ -201,12 +201,29 @@ def test_point_identity_carries_the_plugin_hash_and_builtins_do_not_change(fresh
 
 
 # --- the contract -------------------------------------------------------------------------------------------------------
-def test_the_example_meets_the_contract_through_the_pytest_helper(fresh):
-    import attnbench.testing
+def readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Benchmark your own attention")
+    return text[start:text.index("\n## ", start + 1)]
 
-    plugins.activate([str(EXAMPLE)])
-    attnbench.testing.check_attention("my_window")
-    attnbench.testing.check_feature_map("my_softplus")
+
+def test_the_readme_test_snippet_runs_the_example_through_the_pytest_helper(fresh):
+    """The README section's test file, as written: the example meets the contract through attnbench.testing."""
+    section = readme_section()
+    snippet = section.split("```python\n")[2].split("```")[0]
+    assert "attnbench.testing.check_attention" in snippet and "examples/my_attention.py" in snippet
+    fresh.chdir(ROOT)
+    namespace: dict = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    tests = [fn for name, fn in namespace.items() if name.startswith("test_")]
+    assert tests
+    for fn in tests:
+        fn()
+    # every command of the section is one this file runs end to end
+    commands = section.split("```bash\n")[1].split("```")[0]
+    for cmd in ("attnbench check --plugin", "attnbench run lra --plugin", "attnbench run vision --plugin",
+                "attnbench run scaling --plugin", "attnbench run lm --plugin", "attnbench table lra"):
+        assert cmd in commands
 
 
 def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_path):
@@ -336,7 +353,7 @@ def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, t
     child load it; an unchanged file skips the cell, an edited one reruns it under a new identity."""
     pytest.importorskip("submitit")
     env = {plugins.ENV: str(outside)}
-    args = ["run", "scaling", "--attn", "my_window", "--seq", "32", "--mode", "fwd", "--db", "s.db", "--out", "w"]
+    args = ["run", "scaling", "--preset", "tiny", "--attn", "my_window", "--seq", "32", "--db", "s.db", "--out", "w"]
     first = _cli([*args, "--launcher", "submitit-local"], cwd=tmp_path, env=env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     ((_, status, hash1, packages1, _),) = _records(tmp_path / "s.db")
