@@ -156,6 +156,15 @@ def run_command(*, suite: str, one_process: Optional[str] = None) -> Callable[[C
     return decorate
 
 
+def exit_with(call: Callable[[], int]) -> NoReturn:
+    """Exit with the code ``call()`` returns (a smoke run's); bad input or data: one line, no traceback."""
+    try:
+        rc = call()
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    raise typer.Exit(code=rc)
+
+
 def argv_tail() -> list[str]:
     """The arguments of this invocation after the program name (what a relaunch repeats)."""
     return list(sys.argv[1:])

@@ -47,12 +47,8 @@ def run_command(
     if smoke:
         from .smoke import run_smoke
 
-        try:
-            rc = run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db, out=opts.out,
-                           console=console)
-        except (AttnbenchError, ValueError, OSError) as e:
-            fail(str(e))
-        raise typer.Exit(code=rc)
+        clikit.exit_with(lambda: run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db,
+                                           out=opts.out, console=console))
 
     def run():
         from .runner import run_claims

@@ -47,11 +47,8 @@ def run_command(
             fail("--smoke writes its own small JSONL corpus; drop --data")
         from .smoke import run_smoke
 
-        try:
-            rc = run_smoke(pre, variants, seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
-        except (AttnbenchError, ValueError, OSError) as e:
-            fail(str(e))
-        raise typer.Exit(code=rc)
+        clikit.exit_with(lambda: run_smoke(pre, variants, seed=opts.only_seed(), db=opts.db, out=opts.out,
+                                           console=console))
 
     def run():
         from .train import run_lm

@@ -40,12 +40,8 @@ def run_command(
             fail("--smoke writes its own small data in the release formats; drop --data-dir")
         from .smoke import run_smoke
 
-        try:
-            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, tasks=task_list,
-                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
-        except (AttnbenchError, ValueError, OSError) as e:
-            fail(str(e))
-        raise typer.Exit(code=rc)
+        clikit.exit_with(lambda: run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, tasks=task_list,
+                                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console))
     if attn is None:
         fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():

@@ -37,11 +37,8 @@ def run_command(
                  "--data-dir / --teacher")
         from .smoke import run_smoke
 
-        try:
-            rc = run_smoke(preset=preset, k=k, seed=opts.only_seed(), db=opts.db, out=opts.out, console=console)
-        except (AttnbenchError, ValueError, OSError) as e:
-            fail(str(e))
-        raise typer.Exit(code=rc)
+        clikit.exit_with(lambda: run_smoke(preset=preset, k=k, seed=opts.only_seed(), db=opts.db, out=opts.out,
+                                           console=console))
     try:
         from .config import load_preset
 

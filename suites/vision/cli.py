@@ -38,12 +38,8 @@ def run_command(
             fail("--smoke writes its own small data in the preset's format; drop --data-dir")
         from .smoke import run_smoke
 
-        try:
-            rc = run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, seed=opts.only_seed(),
-                           db=opts.db, out=opts.out, console=console)
-        except (AttnbenchError, ValueError, OSError) as e:
-            fail(str(e))
-        raise typer.Exit(code=rc)
+        clikit.exit_with(lambda: run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset,
+                                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console))
     if attn is None:
         fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
     try:
