@@ -76,9 +76,9 @@ def _shared_options(suite: str) -> list[tuple[str, Any, Any]]:
         ("threads", Optional[int], typer.Option(None, "--threads", help="torch threads of the run, set once "
                                                 "before any cell and recorded with every result (default: "
                                                 "torch's, i.e. OMP_NUM_THREADS or the cores; 0: the same)")),
-        ("plugin", Optional[list[str]], typer.Option(None, "--plugin", metavar="SRC", help="load attention mechanisms from SRC "
-                                                     "(a module, a .py file or a folder) before any --attn is "
-                                                     "read; repeatable")),
+        ("plugin", Optional[list[str]], typer.Option(None, "--plugin", metavar="SRC", help="load attention "
+                                                     "mechanisms from SRC (a module, a .py file or a folder) "
+                                                     "before any --attn is read; repeatable")),
     ]
 
 
@@ -156,8 +156,19 @@ def run_command(*, suite: str, one_process: Optional[str] = None) -> Callable[[C
     return decorate
 
 
-def exit_with(call: Callable[[], int]) -> NoReturn:
-    """Exit with the code ``call()`` returns (a smoke run's); bad input or data: one line, no traceback."""
+def exit_with(call: Callable[[], int], opts=None) -> NoReturn:
+    """Exit with the code ``call()`` returns (a suite's ``--smoke``); bad input or data: one line, no traceback.
+    With the run's ``opts``: a smoke runs in this process on its own small data, so ``--nproc``, ``--launcher`` and
+    ``--shard`` are errors, and ``--threads`` is set for it."""
+    if opts is not None:
+        unused = [flag for flag, given in (("--nproc", opts.nproc != 1), ("--launcher", opts.launcher != "local"),
+                                           ("--shard", opts.shard is not None)) if given]
+        if unused:
+            fail(f"--smoke runs in this process on its own small data: drop {', '.join(unused)}")
+        if opts.threads:
+            import torch
+
+            torch.set_num_threads(opts.threads)
     try:
         rc = call()
     except (AttnbenchError, ValueError, OSError) as e:
@@ -212,10 +223,10 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
            machine: bool = True, table: bool = True) -> None:
     """The end of every suite's ``run`` command, the one path from the options to where the work runs: with
     ``opts`` (the shared :class:`attnbench.runctx.RunOptions`), hand the command line to a launcher or torchrun
-    when asked (:func:`dispatch`), else ``run()`` here (it returns a sweep summary or an exit code); then print the suite's table of
-    ``setting`` and exit with the run's code. A torchrun worker exits without the table (the launching process
-    prints it). ``machine`` / ``table``: print the machine line before and the table after (off for a suite that
-    prints its own). Bad input or data: one line, no traceback."""
+    when asked (:func:`dispatch`), else ``run()`` here (it returns a sweep summary or an exit code); then print
+    the suite's table of ``setting`` and exit with the run's code. A torchrun worker exits without the table (the
+    launching process prints it). ``machine`` / ``table``: print the machine line before and the table after (off
+    for a suite that prints its own). Bad input or data: one line, no traceback."""
     from .store import check_writable
     from .train.dist import under_torchrun
 

@@ -86,6 +86,12 @@ def test_nproc_of_a_one_process_suite_says_why(tmp_path):
         assert r.exit_code == 2 and "--nproc 2:" in r.output and "--shard" in r.output, r.output
 
 
+def test_a_smoke_refuses_the_options_it_cannot_use(tmp_path):
+    for suite in SUITES:
+        r = invoke("run", suite, "--smoke", "--shard", "1/2", "--launcher", "slurm", "--db", str(tmp_path / "x.db"))
+        assert r.exit_code == 2 and "drop --launcher, --shard" in r.output, (suite, r.output)
+
+
 def test_threads_is_set_for_the_run_and_reaches_every_record(tmp_path):
     import torch
 

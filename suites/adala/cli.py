@@ -46,7 +46,7 @@ def run_command(
         from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(attentions=parse_specs(attn), preset=preset, seed=opts.only_seed(),
-                                           db=opts.db, out=opts.out, console=console))
+                                           db=opts.db, out=opts.out, console=console), opts)
     try:
         specs = parse_specs(attn)
         from .config import load_preset, parse_stages

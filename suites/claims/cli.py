@@ -48,7 +48,7 @@ def run_command(
         from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db,
-                                           out=opts.out, console=console))
+                                           out=opts.out, console=console), opts)
 
     def run():
         from .runner import run_claims

@@ -48,7 +48,7 @@ def run_command(
         from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(pre, variants, seed=opts.only_seed(), db=opts.db, out=opts.out,
-                                           console=console))
+                                           console=console), opts)
 
     def run():
         from .train import run_lm

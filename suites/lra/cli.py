@@ -41,7 +41,7 @@ def run_command(
         from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, tasks=task_list,
-                                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console))
+                                           seed=opts.only_seed(), db=opts.db, out=opts.out, console=console), opts)
     if attn is None:
         fail("--attn is required: the attentions to train, e.g. --attn softmax,nala")
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():

@@ -38,7 +38,7 @@ def run_command(
         from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(preset=preset, k=k, seed=opts.only_seed(), db=opts.db, out=opts.out,
-                                           console=console))
+                                           console=console), opts)
     try:
         from .config import load_preset
 

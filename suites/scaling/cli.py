@@ -57,8 +57,7 @@ def run_scaling_cmd(
         if smoke:
             from .runner import run_smoke
 
-            rc = run_smoke(plan, db=opts.db, console=clikit.console)
-            raise typer.Exit(code=rc)
+            clikit.exit_with(lambda: run_smoke(plan, db=opts.db, console=clikit.console), opts)
     except (AttnbenchError, ValueError) as e:
         clikit.fail(str(e))
 
