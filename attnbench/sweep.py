@@ -166,6 +166,31 @@ class SweepSummary:
         return f"{self.suite} {self.setting}: {counts}{why}"
 
 
+def merge_summaries(summaries: Sequence[SweepSummary]) -> SweepSummary:
+    """One summary of several sweeps run one after the other (e.g. one per seed, for a suite whose cells of a seed
+    depend on a model trained at that seed): every outcome, interrupted if any was, the last run's id."""
+    if not summaries:
+        raise ValueError("no sweep to summarise")
+    first = summaries[0]
+    return SweepSummary(first.suite, first.setting, [o for s in summaries for o in s.outcomes],
+                        interrupted=any(s.interrupted for s in summaries), run_id=summaries[-1].run_id,
+                        planned=sum(s.planned for s in summaries))
+
+
+def per_seed(opts, run_one: Callable[[Any], SweepSummary]) -> Optional[SweepSummary]:
+    """For a runner whose cells of a seed depend on what is trained at that seed (a teacher): with several
+    ``opts.seeds``, ``run_one(opts for one seed)`` for each seed in turn (stopping at an interruption), so each
+    seed's cells are exactly those of a ``--seed`` run of it; None with one seed (the caller runs it)."""
+    if len(opts.seeds) < 2:
+        return None
+    done = []
+    for s in opts.seeds:
+        done.append(run_one(opts.replace(seed=s)))
+        if done[-1].interrupted:
+            break
+    return merge_summaries(done)
+
+
 # --- shards -------------------------------------------------------------------------------------------------
 def parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
     """``"K/N"`` -> ``(K, N)`` with 1 <= K <= N; None -> None."""

@@ -66,7 +66,7 @@ from torch import nn
 from attnbench.errors import AttnbenchError
 from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
 from attnbench.train import Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, train
 
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
@@ -507,7 +507,14 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
-    seed = opts.only_seed()
+    # each seed has its own teacher and from-scratch models: one run per seed
+    several = per_seed(opts, lambda o: run_adala(attentions=attentions, preset=preset, stages=stages,
+                                                 ablation=ablation, teacher=teacher, scratch=scratch,
+                                                 data_dir=data_dir, opts=o, console=console, progress=progress,
+                                                 hooks=hooks, vision=vision, eval_limit=eval_limit))
+    if several is not None:
+        return several
+    seed = opts.seed
     db = opts.db
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console

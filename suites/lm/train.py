@@ -73,17 +73,22 @@ def split_loss(model: torch.nn.Module, corpus: Corpus, split: str, *, windows: i
     return out
 
 
-def plan_cells(pre: LMPreset, variants: Sequence[Variant], *, seed: int, device: str, corpus_fp: str) -> list[Cell]:
+def plan_cells(pre: LMPreset, variants: Sequence[Variant], *, seed: int | Sequence[int], device: str,
+               corpus_fp: str) -> list[Cell]:
+    """One cell per (variant, seed) (``seed``: one seed or several); a seed's cell is the same whether its run had
+    other seeds or not (the seed is in params)."""
     from attnbench.store import point_hash
 
+    seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
-    for v in variants:
+    for v, seed in ((va, s) for s in seeds for va in variants):
         params = {"seed": seed, "preset": pre.name, "seq_len": pre.data.seq_len, "steps": pre.train.steps,
                   "batch_size": pre.train.batch_size, "identity": pre.identity_hash(), "data": corpus_fp}
         h = point_hash(suite=SUITE, setting=pre.key, task="pretrain", attention=v.label, options=v.options(),
                        params=params, dtype="float32", device=device)
         cells.append(Cell(task="pretrain", attention=v.label, config_hash=h, options=v.options(), params=params,
-                          dtype="float32", seed=seed, payload=v))
+                          dtype="float32", seed=seed, payload=v,
+                          name=f"{v.label} · seed {seed}" if len(seeds) > 1 else ""))
     return cells
 
 
@@ -191,7 +196,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
     models with lm-eval (``evaluate``). ``opts``: the shared run options (or single ``fields`` of them, e.g.
     ``db=``, ``out=``, ``seed=``)."""
     opts = run_options(opts, **fields)
-    seed = opts.only_seed()
+    seeds = opts.seeds  # one cell per (variant, seed)
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console
     pre = with_data(preset if isinstance(preset, LMPreset) else load_preset(preset), data)
@@ -202,14 +207,15 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
     _check_fla_shapes(pre, variants, device)
     with run:
         dist = run.dist
-        run.say(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · {pre.train.steps} steps × "
+        run.say(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · seed {','.join(map(str, seeds))} · "
+                f"{pre.train.steps} steps × "
                 f"{pre.train.batch_size} × {pre.data.seq_len} tokens · {device}"
                 + (f" · {dist.world} processes" if dist.enabled else ""))
         corpus = load_corpus(pre.data, work / "data", console=console if dist.main else None)
         run.say(f"[dim]corpus: {corpus.description}; {len(corpus.train):,} training tokens, vocabulary "
                 f"{corpus.vocab_size}, unigram entropy {corpus.unigram_entropy():.3f} nats/token[/]")
-        cells = plan_cells(pre, variants, seed=seed, device=device.type, corpus_fp=corpus.fingerprint)
-        config = {"preset": pre.name, "variants": [v.label for v in variants], "world_size": dist.world,
+        cells = plan_cells(pre, variants, seed=seeds, device=device.type, corpus_fp=corpus.fingerprint)
+        config = {"preset": pre.name, "variants": [v.label for v in variants], "seeds": seeds, "world_size": dist.world,
                   **pre.identity()}
 
         def one(cell: Cell, ctx: CellContext) -> CellResult:
@@ -251,7 +257,7 @@ def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, consol
 def _line(o: Outcome) -> str:
     from rich.markup import escape
 
-    head = f"  {escape(o.cell.attention):<28}"
+    head = f"  {escape(o.cell.attention):<28}" + (f" seed {o.cell.seed}" if o.cell.name else "")
     r = o.result
     if r.status == "ok" and r.metrics:
         m = r.metrics

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from attnbench.errors import AttnbenchError
 from attnbench.spec import Spec
 from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
 from attnbench.train import TrainOrder, TrainTask, train
 from attnbench.train.memory import PeakMeter
 
@@ -212,7 +212,13 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
     from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
-    seed = opts.only_seed()
+    # each seed has its own teacher (and so its own Eq. 3 selection): one run per seed
+    several = per_seed(opts, lambda o: run_mixa(preset=preset, teacher=teacher, k=k, data_dir=data_dir, opts=o,
+                                                console=console, progress=progress, hooks=hooks,
+                                                eval_limit=eval_limit))
+    if several is not None:
+        return several
+    seed = opts.seed
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console
     pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)

@@ -32,12 +32,15 @@ SUITE = "vision"
 HooksFor = Callable[[str, str], TrainHooks]
 
 
-def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, device: str,
+def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int | Sequence[int], device: str,
                data_fingerprint: str, pretrained: Optional[str] = None) -> list[Cell]:
+    """One cell per (spec, seed) (``seed``: one seed or several); a seed's cell is the same whether its run had
+    other seeds or not (the seed is in params)."""
     from attnbench.store import point_hash
 
+    seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
-    for spec in specs:
+    for spec, seed in ((sp, s) for s in seeds for sp in specs):
         full = spec.with_defaults(pre.options_for(spec.name))
         params = {"seed": seed, "preset": pre.name, "image_size": pre.data.image_size, "model": pre.model.size,
                   "patch_size": pre.model.patch_size, "steps": pre.train.steps, "batch_size": pre.train.batch_size,
@@ -48,7 +51,8 @@ def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int, 
         h = point_hash(suite=SUITE, setting=pre.key, task=pre.data.kind, attention=spec.label,
                        options=dict(full.options), params=params, dtype="float32", device=device)
         cells.append(Cell(task=pre.data.kind, attention=spec.label, config_hash=h, options=dict(full.options),
-                          params=params, dtype="float32", seed=seed, payload=full))
+                          params=params, dtype="float32", seed=seed, payload=full,
+                          name=f"{spec.label} · seed {seed}" if len(seeds) > 1 else ""))
     return cells
 
 
@@ -89,7 +93,7 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
     from rich.markup import escape
 
     opts = run_options(opts, **fields)
-    seed = opts.only_seed()
+    seeds = opts.seeds  # one cell per (spec, seed)
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     console = run.console
     specs = as_specs(attentions)
@@ -111,7 +115,8 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
         work = run.work
         splits = load_splits(pre, data_dir, eval_limit=eval_limit)
         say = run.say
-        say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed {seed}, "
+        say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): {len(specs)} attention(s), seed "
+            f"{','.join(map(str, seeds))}, "
             f"device {device}" + (f", {dist.world} processes" if dist.enabled else "")
             + f"\n  data: {escape(splits.origin)}")
         ckpt_id = None
@@ -125,10 +130,11 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
             from attnbench.models.vit import load_pretrained
 
             load_pretrained(build_classifier(specs[0], pre, splits.num_classes), path)  # does it fit? before any cell
-        cells = plan_cells(pre, specs, seed=seed, device=device.type, data_fingerprint=splits.fingerprint,
+        cells = plan_cells(pre, specs, seed=seeds, device=device.type, data_fingerprint=splits.fingerprint,
                            pretrained=ckpt_id)
         config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key,
-                  "attentions": [s.label for s in specs], "seed": seed, "nproc": dist.world, "data_dir": data_dir,
+                  "attentions": [s.label for s in specs], "seed": seeds[0], "seeds": seeds, "nproc": dist.world,
+                  "data_dir": data_dir,
                   **pre.identity()}
 
         def one(cell: Cell, ctx: CellContext) -> CellResult:
@@ -141,7 +147,7 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
 def _line(o: Outcome) -> str:
     from rich.markup import escape
 
-    head = f"  {escape(o.cell.attention):<16}"
+    head = f"  {escape(o.cell.attention):<16}" + (f" seed {o.cell.seed}" if o.cell.name else "")
     r = o.result
     if r.status == "ok":
         m = r.metrics
