@@ -30,7 +30,7 @@ import torch
 from . import registry
 from .errors import AttnbenchError, UnsupportedError
 from .tolerance import compare
-from .verify import CHECK_LENGTHS, Verdict, runnable_impls, verify
+from .verify import CHECK_LENGTHS, Verdict, forward_backward, runnable_impls, verify
 
 H, D = 2, 8
 POLICY_LENGTH = 97   # float32 policy check: long enough for several chunks of a chunked form
@@ -110,23 +110,65 @@ def contract(name: str, *, lengths: tuple[int, ...] = CHECK_LENGTHS, verdicts: O
                     f = _verdict_failure(v)
                     if f is not None:
                         failures.append(f)
+        for n in lengths:
+            _clause(failures, name, form, f"CPU impls vs reference across blocks, N={n}, float64",
+                    lambda n=n: several_blocks_match_fp64(name, causal, n))
         _clause(failures, name, form, "builds with its options' defaults and impl='auto' runs on a CPU",
-                lambda: _auto_runs_on_cpu(name, causal))
+                lambda: auto_runs_on_cpu(name, causal))
         for dtype in (torch.float32, torch.float64, torch.bfloat16):
             _clause(failures, name, form, f"shape, dtype and finiteness in {str(dtype).replace('torch.', '')}",
-                    lambda dtype=dtype: _shape_dtype_finite(name, causal, dtype))
-        _clause(failures, name, form, "batch invariance", lambda: _batch_invariance(name, causal))
+                    lambda dtype=dtype: shape_dtype_finite(name, causal, dtype))
+        _clause(failures, name, form, "batch invariance", lambda: batch_invariance(name, causal))
         if causal:
-            _clause(failures, name, form, "no look-ahead", lambda: _no_look_ahead(name))
+            _clause(failures, name, form, "no look-ahead", lambda: no_look_ahead(name))
         _clause(failures, name, form, "gradients reach q, k, v and every parameter",
-                lambda: _gradients_reach(name, causal))
-        _clause(failures, name, form, "bad input shape is a clear error", lambda: _rejects_bad_shape(name, causal))
+                lambda: gradients_reach(name, causal))
+        _clause(failures, name, form, "bad input shape is a clear error", lambda: rejects_bad_shape(name, causal))
     if verdicts is not None:
         verdicts.extend(rows)
     return failures
 
 
-def _auto_runs_on_cpu(name: str, causal: bool) -> Optional[str]:
+# --- the clauses: each returns None when it holds, else what is wrong (tests/test_contract.py asserts each on every
+# built-in; contract() runs them all on one mechanism) ------------------------------------------------------------------
+def cpu_impls(name: str, causal: bool) -> list[str]:
+    """The forms of ``name`` that run on a CPU (every impl but the reference and the GPU-only ones)."""
+    cls = registry.get_attention(name)
+    return [i for i in runnable_impls(cls, causal) if i not in cls.gpu_only_impls]
+
+
+def several_blocks_match_fp64(name: str, causal: bool, n: int) -> Optional[str]:
+    """Every CPU impl equals the reference in float64 at length ``n`` (the float64 floor), forward and the gradients
+    with respect to q, k, v and every parameter, with a block size of 32 so that a blocked form (features block by
+    block, the recomputing backward) crosses block boundaries even at small N."""
+    for impl in cpu_impls(name, causal):
+        attn = _make(name, causal, n, impl=impl)
+        if hasattr(attn, "block_size"):
+            attn.block_size = 32
+        q, k, v = _qkv(2, n, torch.float64)
+        weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
+                             dtype=torch.float64)
+        params = [p for p in attn.parameters() if p.requires_grad]
+        names = ["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn.named_parameters()
+                                                            if p.requires_grad]
+        fast = forward_backward(lambda *x: attn.run(impl, *x), [q, k, v], weight, params)
+        ref = forward_backward(attn.reference, [q, k, v], weight, params)
+        a = compare(fast, ref, ref, names=names, dtype=torch.float64)
+        if not a.ok:
+            return f"impl {impl!r} at N={n} with blocks of 32: {a.describe()}"
+    return None
+
+
+def fp32_within_policy(name: str, causal: bool, n: int = POLICY_LENGTH) -> Optional[str]:
+    """Every CPU impl in float32 within the tolerance policy of the float64 reference, forward and backward."""
+    for impl in cpu_impls(name, causal):
+        v = verify(name, causal=causal, impl=impl, seq_len=n, dtype=torch.float32)
+        if not v.ok:
+            return f"impl {impl!r} at N={n}: {v.status} {v.detail}"
+    return None
+
+
+def auto_runs_on_cpu(name: str, causal: bool) -> Optional[str]:
     attn = _make(name, causal, 8)
     impl = attn.resolve_impl("cpu")
     if impl not in attn.impls or impl in attn.gpu_only_impls:
@@ -134,7 +176,7 @@ def _auto_runs_on_cpu(name: str, causal: bool) -> Optional[str]:
     return None
 
 
-def _shape_dtype_finite(name: str, causal: bool, dtype: torch.dtype) -> Optional[str]:
+def shape_dtype_finite(name: str, causal: bool, dtype: torch.dtype) -> Optional[str]:
     n, dv = 33, D + 4  # a value size other than the key size
     attn = _make(name, causal, n, torch.float32 if dtype == torch.bfloat16 else dtype)
     q, k, v = _qkv(3, n, dtype, dv=dv)
@@ -153,7 +195,7 @@ def _shape_dtype_finite(name: str, causal: bool, dtype: torch.dtype) -> Optional
     return None
 
 
-def _batch_invariance(name: str, causal: bool) -> Optional[str]:
+def batch_invariance(name: str, causal: bool) -> Optional[str]:
     n = 20
     attn = _make(name, causal, n)
     q, k, v = _qkv(3, n, torch.float64)
@@ -165,7 +207,7 @@ def _batch_invariance(name: str, causal: bool) -> Optional[str]:
     return None
 
 
-def _no_look_ahead(name: str) -> Optional[str]:
+def no_look_ahead(name: str) -> Optional[str]:
     n, cut = 40, 23
     attn = _make(name, True, n)
     q, k, v = _qkv(2, n, torch.float64)
@@ -180,7 +222,7 @@ def _no_look_ahead(name: str) -> Optional[str]:
     return None
 
 
-def _gradients_reach(name: str, causal: bool) -> Optional[str]:
+def gradients_reach(name: str, causal: bool) -> Optional[str]:
     n = 24
     attn = _make(name, causal, n)
     q, k, v = (t.requires_grad_(True) for t in _qkv(2, n, torch.float64))
@@ -200,7 +242,7 @@ def _gradients_reach(name: str, causal: bool) -> Optional[str]:
     return None
 
 
-def _rejects_bad_shape(name: str, causal: bool) -> Optional[str]:
+def rejects_bad_shape(name: str, causal: bool) -> Optional[str]:
     attn = _make(name, causal, 8)
     q, k, v = _qkv(1, 8, torch.float64)
     try:
@@ -212,22 +254,23 @@ def _rejects_bad_shape(name: str, causal: bool) -> Optional[str]:
     return "q with the wrong head size was accepted"
 
 
+def feature_map_shapes(name: str) -> Optional[str]:
+    """The feature map's ``phi_q`` and ``phi_k`` give ``[B, H, N, feature_dim]``, finite, in float64."""
+    fmap = registry.build_feature_map(name, heads=H, head_dim=D).double()
+    q, k, _ = _qkv(2, 11, torch.float64)
+    for side, x in (("phi_q", fmap.phi_q(q)), ("phi_k", fmap.phi_k(k))):
+        if tuple(x.shape) != (2, H, 11, fmap.feature_dim):
+            return f"{side} gives {tuple(x.shape)}, expected [2, {H}, 11, feature_dim={fmap.feature_dim}]"
+        if not torch.isfinite(x).all():
+            return f"{side} gives non-finite features"
+    return None
+
+
 def feature_map_contract(name: str) -> list[Failure]:
     """A feature map's own clauses (its features have ``feature_dim`` columns, in float64, finite), then the
     contract of the attention built on it (a plug-in's map is registered as an attention of the same name)."""
     failures: list[Failure] = []
-
-    def shapes() -> Optional[str]:
-        fmap = registry.build_feature_map(name, heads=H, head_dim=D).double()
-        q, k, _ = _qkv(2, 11, torch.float64)
-        for side, x in (("phi_q", fmap.phi_q(q)), ("phi_k", fmap.phi_k(k))):
-            if tuple(x.shape) != (2, H, 11, fmap.feature_dim):
-                return f"{side} gives {tuple(x.shape)}, expected [2, {H}, 11, feature_dim={fmap.feature_dim}]"
-            if not torch.isfinite(x).all():
-                return f"{side} gives non-finite features"
-        return None
-
-    _clause(failures, name, "map", "features [B, H, N, feature_dim], finite", shapes)
+    _clause(failures, name, "map", "features [B, H, N, feature_dim], finite", lambda: feature_map_shapes(name))
     if name in registry.names():
         failures += contract(name)
     return failures
