@@ -11,7 +11,8 @@ A plug-in's own test suite checks its mechanism in one line::
 
 - every impl against the reference (:func:`attnbench.verify.verify`: forward and the gradients with respect to q,
   k, v and every parameter) at odd lengths in float64 (the float64 floor) and in float32 (the tolerance policy of
-  :mod:`attnbench.tolerance`: a multiple of the reference's own error in float32);
+  :mod:`attnbench.tolerance`: a multiple of the reference's own error in float32); the CPU impls again in float64
+  with blocks of 32 tokens, so that a blocked form crosses block boundaries at small N;
 - each form builds with its declared options' defaults, and ``impl="auto"`` resolves to a form that runs on a CPU;
 - output shape ``[B, H, N, Dv]`` in v's dtype and finite, in float32, float64 and bfloat16, with ``Dv != Dk``;
 - one batch element's output does not depend on the others;
