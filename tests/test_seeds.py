@@ -113,3 +113,85 @@ def test_show_of_a_committed_row_prints_checkout_and_command(tmp_path):
     assert "attnbench run mixa --preset tiny --seed 2" in res.output
     res = CliRunner().invoke(app, ["show", "lra", "nalla", "--db", str(tmp_path / "none.db")])
     assert res.exit_code == 2 and "no lra row 'nalla'" in res.output and "nala (listops)" in res.output
+
+
+# --- a run over seeds, end to end -------------------------------------------------------------------------------
+TOY = """
+name = "toy"
+description = "test preset"
+tasks_default = ["listops"]
+[model]
+dim = 16
+ffn_dim = 32
+heads = 2
+head_dim = 8
+layers = 1
+dropout = 0.0
+[tasks.listops]
+data = "generate"
+seq_len = 32
+batch_size = 8
+lr = 1e-3
+warmup = 2
+steps = 4
+eval_every = 2
+[tasks.listops.generate]
+n_train = 64
+n_val = 16
+n_test = 16
+max_depth = 4
+max_args = 4
+min_length = 8
+max_length = 32
+"""
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_finds_its_cell(tmp_path):
+    (tmp_path / "toy.toml").write_text(TOY)
+    db = str(tmp_path / "s.db")
+    p = _cli("run", "lra", "--attn", "nala", "--preset", "toy.toml", "--seeds", "0,1,2", "--db", db, "--out",
+             str(tmp_path / "w"), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with Store(db) as s:
+        recs = s.measurements(suite="lra")
+    assert sorted(r.seed for r in recs) == [0, 1, 2] and len({r.config_hash for r in recs}) == 3
+    assert all(r.params["seed"] == r.seed for r in recs)
+    p = _cli("table", "lra", "--db", db, "--no-committed", "--format", "md", cwd=tmp_path)
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith("| nala |"))  # the accuracy table
+    st = stats.seed_stats([r.metrics["score"] for r in recs], n_test=16)
+    assert f"{st.mean:.2f} ± {st.test_half:.1f} (seeds ± {st.half:.2f}, n=3)" in row
+    p = _cli("show", "lra", "nala", "--task", "listops", "--db", db, "--no-committed", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "3 seed(s) [0, 1, 2]" in p.stdout and f"cell {recs[1].config_hash}" in p.stdout
+    (cmd,) = [ln.strip() for ln in p.stdout.splitlines() if ln.strip().startswith("attnbench run") and
+              ln.strip().endswith("--seed 1")]
+    assert "--attn nala" in cmd and "--tasks listops" in cmd and "--preset toy.toml" in cmd and "--seeds" not in cmd
+    again = _cli(*cmd.split()[1:], cwd=tmp_path)  # the shown command, run again: its cell is already there
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "1 cell(s) already finished" in again.stdout and "1 finished earlier" in again.stdout
+    with Store(db) as s:
+        assert len(s.measurements(suite="lra")) == 3
+
+
+def test_per_seed_runs_each_seed_as_its_own_run_and_merges():
+    from attnbench.runctx import RunOptions
+    from attnbench.sweep import Cell, CellResult, Outcome, SweepSummary, per_seed
+
+    assert per_seed(RunOptions(seed=3), lambda o: None) is None  # one seed: the caller runs it
+    seen = []
+
+    def one(o):
+        seen.append((o.seed, o.seeds))
+        cell = Cell(task="t", attention="a", config_hash=f"{o.seed:016x}", seed=o.seed)
+        return SweepSummary("s", "s/x", [Outcome(cell, CellResult("ok"))], run_id=f"r{o.seed}", planned=1,
+                            interrupted=o.seed == 1)
+
+    merged = per_seed(RunOptions(seeds=[0, 1, 2]), one)
+    assert seen == [(0, [0]), (1, [1])]  # stops at the interrupted seed
+    assert merged.interrupted and merged.planned == 2 and [o.cell.seed for o in merged.outcomes] == [0, 1]
