@@ -192,18 +192,29 @@ class SuitePreset:
 P = TypeVar("P", bound=SuitePreset)
 
 
+def load_suite_preset(suite: str, name_or_path: str | Path) -> Any:
+    """Suite ``suite``'s preset ``name_or_path``, through the loader the suite registered (so the suite asking for
+    it never imports the other)."""
+    from . import registry
+
+    loader = registry.get_suite(suite).load_preset
+    if loader is None:
+        raise PresetError(f"suite {suite!r} registers no load_preset, so its presets cannot be named")
+    return loader(str(name_or_path))
+
+
 def load(cls: type[P], package: str, name_or_path: str | Path, *, kind: str, own: tuple[str, ...] = (),
          read: Optional[Callable[[dict, str], dict[str, Any]]] = None,
-         references: Optional[Mapping[str, Callable[[str], Any]]] = None) -> P:
+         references: Optional[Mapping[str, str]] = None) -> P:
     """The preset ``cls`` of suite ``package``: an embedded preset by name or a ``.toml`` file by path.
 
     Every field of ``cls`` (the header's and the suite's; not those with ``metadata={"from_file": False}``) is
     the top-level key of its name: a table is read into the field's dataclass (``where``: ``FILE: [table]``), a
     value coerced to the field's type; a field without a default is a required key. ``references`` maps a key
-    that names another preset to the loader of that preset: the value is resolved by :func:`resolve_reference`
-    and the field holds the loaded preset. ``own``: top-level keys the suite lays out its own way, read by
-    ``read(data, where)`` into field values. Unknown keys and values ``cls`` refuses are :class:`PresetError` s
-    naming the file and the key.
+    that names another suite's preset to that suite's name: the value is resolved by :func:`resolve_reference`,
+    loaded by the suite's registered ``load_preset`` (so no suite imports another), and the field holds it.
+    ``own``: top-level keys the suite lays out its own way, read by ``read(data, where)`` into field values.
+    Unknown keys and values ``cls`` refuses are :class:`PresetError` s naming the file and the key.
     """
     text, file, folder = _locate(package, name_or_path, kind)
     data = _parse(text, file)
@@ -225,7 +236,7 @@ def load(cls: type[P], package: str, name_or_path: str | Path, *, kind: str, own
             if not isinstance(value, str):
                 raise PresetError(f"{where}: key {k!r} must be a string (a preset name or a .toml path)")
             try:
-                kwargs[k] = references[k](resolve_reference(value, folder))
+                kwargs[k] = load_suite_preset(references[k], resolve_reference(value, folder))
             except (PresetError, ValueError) as e:
                 raise PresetError(f"{file}: {k} = {value!r}: {e}") from None
         else:

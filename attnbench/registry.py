@@ -269,7 +269,9 @@ class Suite:
     <name>`` (scoring a trained artifact, e.g. a language model by lm-eval); ``view``: an :class:`attnbench.tables.View`
     (``table`` / ``plot`` / markdown export; None: the generic view); ``data``: ``attnbench data <command>``
     functions; ``ingest``: ``(path, store) -> message | None`` for a results file format of the suite's own (None:
-    not that format), tried by ``attnbench ingest`` after the store's own formats.
+    not that format), tried by ``attnbench ingest`` after the store's own formats; ``load_preset``: ``(name or
+    .toml path) -> preset``, for another suite's preset that names one of this suite's (``vision = "tiny"``, see
+    :func:`attnbench.presets.load`), so that suite need not import this one.
     A suite's ``__init__`` must stay cheap to import (no torch): every CLI invocation discovers all suites.
     """
 
@@ -280,6 +282,7 @@ class Suite:
     view: Any = None
     data: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     ingest: Optional[Callable[..., Optional[str]]] = None
+    load_preset: Optional[Callable[[str], Any]] = None
 
 
 _SUITES: dict[str, Suite] = {}

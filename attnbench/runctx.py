@@ -119,6 +119,14 @@ class RunContext:
 
             torch.set_num_threads(self.opts.threads)
 
+    def check_trainable(self, configs, *, where: str, hint: str) -> None:
+        """Before any data is read: every train config in ``configs`` can train on this run's device (the rule the
+        trainer applies to each cell), else one error naming ``where`` and what to do (``hint``)."""
+        for cfg in configs:
+            problem = cfg.precision_problem(self.device.type)
+            if problem:
+                raise AttnbenchError(f"{where}: {problem}; {hint}")
+
     @property
     def work(self) -> Path:
         return self.opts.work(self.suite)

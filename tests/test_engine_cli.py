@@ -154,7 +154,7 @@ def _cli(*args, cwd):
 
 
 def test_bad_attn_fails_before_any_data_is_generated(tmp_path, preset):
-    for bad, msg in ((",", "names no attention"), ("nala:lamb=1", "no option 'lamb'"),
+    for bad, msg in ((",", "names no attention"), ("nala:lamb=1", "unknown option(s) 'lamb'"),
                      ("nalla", "did you mean 'nala'")):
         p = _cli("run", "lra", "--attn", bad, "--preset", str(preset), "--db", str(tmp_path / "x.db"), "--out",
                  str(tmp_path / "w"), cwd=tmp_path)

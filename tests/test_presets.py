@@ -152,3 +152,21 @@ def test_a_presets_own_checks_are_reported_with_its_file(tmp_path):
         _config("mixa").load_preset(str(bad))
     pre = _config("mixa").load_preset("tiny")  # parsed once on load: the runner gets specs, the identity the text
     assert (pre.select.quadratic_spec.label, pre.select.linear_spec.label) == ("relu_quadratic", "stella")
+
+
+def test_no_suite_imports_another_suite():
+    """Suites import the core, never each other: a preset naming another suite's preset loads it through that
+    suite's registered ``load_preset`` (:func:`attnbench.presets.load_suite_preset`)."""
+    import ast
+
+    root = Path(__file__).parents[1] / "suites"
+    suites = sorted(p.name for p in root.iterdir() if (p / "__init__.py").exists())
+    assert {"vision", "adala", "mixa", "claims", "lra", "lm", "scaling"} <= set(suites)
+    for suite in suites:
+        for file in (root / suite).rglob("*.py"):
+            tree = ast.parse(file.read_text())
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0]
+            others = [m for m in names if m.startswith("attnbench.suites.") and m.split(".")[2] != suite]
+            others += [m for m in names if m.startswith("suites.")]
+            assert others == [], (str(file), others)

@@ -160,7 +160,7 @@ def keep_bits(img, bits_to_keep: int, **kwargs):
 
 
 def rand_augments(transform) -> list:
-    """The timm ``RandAugment`` instances in ``transform`` (one, or inside torchvision ``Compose``\ s)."""
+    """The timm ``RandAugment`` instances in ``transform`` (one, or inside torchvision ``Compose`` objects)."""
     from timm.data.auto_augment import RandAugment
 
     if isinstance(transform, RandAugment):
@@ -250,6 +250,21 @@ def recipe_transforms(kind: str, image_size: int, augment: str = "auto") -> tupl
     else:
         tr, ev = deit_transforms(image_size, mean=mean, std=std, augment=recipe, eval_crop_pct=crop)
     return recipe, tr, ev
+
+
+def _transforms(kind: str, image_size: int, augment: str, train_transform: Optional[Callable],
+                eval_transform: Optional[Callable]) -> tuple[str, Callable, Callable, list[str]]:
+    """``(recipe name, train, eval, which are custom)``: :func:`recipe_transforms`, with a caller's own train /
+    eval transform in place of the recipe's (named in the recipe, so it changes the data's fingerprint)."""
+    recipe, tr, ev = recipe_transforms(kind, image_size, augment)
+    custom = []
+    if train_transform is not None:
+        tr = train_transform
+        custom.append("train")
+    if eval_transform is not None:
+        ev = eval_transform
+        custom.append("eval")
+    return recipe + (f" (custom {'+'.join(custom)} transform)" if custom else ""), tr, ev, custom
 
 
 # -------------------------------------------------------------------------------------------------- digits
@@ -404,15 +419,7 @@ def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: i
     perm = np.random.default_rng(seed).permutation(len(train_y))
     val_idx, train_idx = np.sort(perm[:val_size]), np.sort(perm[val_size:])
 
-    recipe, tr, ev = recipe_transforms(f"cifar{which}", image_size, augment)
-    custom = []
-    if train_transform is not None:
-        tr = train_transform
-        custom.append("train")
-    if eval_transform is not None:
-        ev = eval_transform
-        custom.append("eval")
-    recipe_name = recipe + (f" (custom {'+'.join(custom)} transform)" if custom else "")
+    recipe_name, tr, ev, custom = _transforms(f"cifar{which}", image_size, augment, train_transform, eval_transform)
 
     origin = (f"CIFAR-{which} python pickles at {d} ({len(train_idx)}/{len(val_idx)}/{len(test_y)} train/val/test; "
               f"val carved from {'+'.join(train_files)} seed {seed}, test = {'+'.join(test_files)}), "
@@ -640,15 +647,7 @@ def load_imagefolder(root: PathLike, classes: Union[None, int, str, PathLike, Se
     val_idx = np.sort(np.concatenate(val_parts)) if val_parts else np.zeros(0, np.int64)
     train_idx = np.setdiff1d(np.arange(len(targets)), val_idx)
 
-    recipe, tr, ev = recipe_transforms("imagenet", image_size, augment)
-    custom = []
-    if train_transform is not None:
-        tr = train_transform
-        custom.append("train")
-    if eval_transform is not None:
-        ev = eval_transform
-        custom.append("eval")
-    recipe_name = recipe + (f" (custom {'+'.join(custom)} transform)" if custom else "")
+    recipe_name, tr, ev, custom = _transforms("imagenet", image_size, augment, train_transform, eval_transform)
 
     n_test = len(val_folder)
     origin = (f"ImageNet ImageFolder at {root}, {described}; {len(train_idx)}/{len(val_idx)}/{n_test} "

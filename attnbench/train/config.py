@@ -97,6 +97,12 @@ class TrainConfig:
         if not 0.0 <= self.ema_decay < 1.0:
             bad(f"ema_decay must be in [0, 1), got {self.ema_decay}")
 
+    def precision_problem(self, device_type: str) -> Optional[str]:
+        """Why this config cannot train on a ``device_type`` device (None: it can): autocast is CUDA's only."""
+        if self.precision != "fp32" and device_type != "cuda":
+            return f"precision {self.precision!r} is autocast on CUDA only and this machine has no GPU"
+        return None
+
     @property
     def eval_interval(self) -> int:
         return self.eval_every or self.steps

@@ -91,7 +91,7 @@ class AdalaOptions:
 class AdalaPreset(presets.SuitePreset):
     suite = "adala"
 
-    vision: Any  # suites.vision.config.VisionPreset: the data, the ViT, the recipe, the teacher
+    vision: Any  # the vision suite's preset (data, ViT, recipe, teacher), loaded through its registered loader
     stage1: TrainConfig
     stage2: TrainConfig
     stage3: TrainConfig
@@ -123,9 +123,5 @@ def preset_names() -> list[str]:
 
 
 def load_preset(name_or_path: str | Path) -> AdalaPreset:
-    """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is loaded by the vision suite's
-    loader (:func:`attnbench.presets.resolve_reference`: a name is an embedded vision preset, a .toml path is
-    relative to this preset's file)."""
-    from attnbench.suites.vision.config import load_preset as load_vision
-
-    return presets.load(AdalaPreset, __package__, name_or_path, kind="adala", references={"vision": load_vision})
+    """An embedded preset (``tiny``) or a ``.toml`` file, with the vision preset its ``vision`` key names."""
+    return presets.load(AdalaPreset, __package__, name_or_path, kind="adala", references={"vision": "vision"})

@@ -43,9 +43,9 @@ def no_teacher_reason(db: Optional[str]) -> str:
 def find_teacher(db: Optional[str], seed: int = 0) -> Optional[TeacherRef]:
     """The store's softmax ViT of ``vision/tiny`` (seed ``seed``), or None."""
     from attnbench.image.teacher import find_trained
-    from attnbench.suites.vision.config import load_preset
+    from attnbench.presets import load_suite_preset
 
-    pre = load_preset(TEACHER_PRESET)
+    pre = load_suite_preset("vision", TEACHER_PRESET)
     found = find_trained(pre, db, seed)
     if found is None:
         return None
@@ -58,10 +58,10 @@ def load_teacher(ref: TeacherRef):
     """``(model, splits, preset)``: the teacher in eval mode and the digits splits it was trained on."""
     from attnbench.image.classify import build_classifier, load_splits
     from attnbench.models.vit import load_pretrained
+    from attnbench.presets import load_suite_preset
     from attnbench.spec import parse_spec
-    from attnbench.suites.vision.config import load_preset
 
-    pre = load_preset(TEACHER_PRESET)
+    pre = load_suite_preset("vision", TEACHER_PRESET)
     splits = load_splits(pre, None)
     model = build_classifier(parse_spec("softmax"), pre, splits.num_classes)
     load_pretrained(model, ref.path, allow_missing_mechanism=False)

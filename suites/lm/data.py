@@ -33,14 +33,10 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from attnbench.errors import AttnbenchError
+from attnbench.errors import DataError  # a corpus that cannot be read (the message names it and what to do)
 
 SOURCES = ("stdlib", "files", "hub")
 EOT = "<|endoftext|>"
-
-
-class DataError(AttnbenchError):
-    """A corpus that cannot be read (the message names the path or dataset and what to do)."""
 
 
 @dataclasses.dataclass(frozen=True)

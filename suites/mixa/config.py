@@ -100,7 +100,7 @@ class ControlsConfig:
 class MixaPreset(presets.SuitePreset):
     suite = "mixa"
 
-    vision: Any  # suites.vision.config.VisionPreset: data, model, recipe
+    vision: Any  # the vision suite's preset (data, ViT, recipe), loaded through its registered loader
     train: TrainConfig
     score: ScoreConfig = dataclasses.field(default_factory=ScoreConfig)
     select: SelectConfig = dataclasses.field(default_factory=SelectConfig)
@@ -119,9 +119,5 @@ def preset_names() -> list[str]:
 
 
 def load_preset(name_or_path: str | Path) -> MixaPreset:
-    """An embedded preset (``tiny``) or a ``.toml`` file; its ``vision`` key is loaded by the vision suite's
-    loader (:func:`attnbench.presets.resolve_reference`: a name is an embedded vision preset, a .toml path is
-    relative to this preset's file)."""
-    from attnbench.suites.vision.config import load_preset as load_vision
-
-    return presets.load(MixaPreset, __package__, name_or_path, kind="mixa", references={"vision": load_vision})
+    """An embedded preset (``tiny``) or a ``.toml`` file, with the vision preset its ``vision`` key names."""
+    return presets.load(MixaPreset, __package__, name_or_path, kind="mixa", references={"vision": "vision"})

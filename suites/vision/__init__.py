@@ -10,5 +10,12 @@ from attnbench.registry import Suite, register_suite
 from . import cli as _cli
 from .leaderboard import view as _view
 
+
+def _load_preset(name_or_path: str):
+    from .config import load_preset  # on use: the preset's dataclasses import the trainer's config
+
+    return load_preset(name_or_path)
+
+
 register_suite(Suite(name="vision", help="Train the same ViT with each attention; accuracy, speed, memory.",
-                     run=_cli.run_command, view=_view()))
+                     run=_cli.run_command, view=_view(), load_preset=_load_preset))
