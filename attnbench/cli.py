@@ -133,8 +133,11 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
         if contract_names:
             from . import testing
 
-            for name in contract_names:
-                broken += testing.contract(name, verdicts=rows)
+            for name in contract_names:  # a plug-in's feature map: its own clauses, then its attention's
+                if plugins.plugin_for("feature map", name):
+                    broken += testing.feature_map_contract(name, verdicts=rows)
+                else:
+                    broken += testing.contract(name, verdicts=rows)
     except AttnbenchError as e:
         fail(str(e))
     tables.render_tables([check_table(rows)], console=console, fmt=fmt)

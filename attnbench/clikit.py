@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -24,6 +24,21 @@ DB_HELP = "results store (default: $ATTNBENCH_DB, else results/attnbench.db at t
 ATTN_HELP = ("comma-separated attention specs: a registered name, optionally with options as name:key=value"
              ":key=value (e.g. nala:lam=2,mirrorla); `attnbench list` shows every name and option")
 
+
+
+def strip_options(argv: Sequence[str], names: dict[str, bool]) -> list[str]:
+    """``argv`` without the options ``names`` (name -> takes a value), spelled ``--opt v`` or ``--opt=v``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in names:
+            skip = names[name] and "=" not in a
+            continue
+        out.append(a)
+    return out
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: <message>`` and exit with ``code`` (no traceback)."""

@@ -22,6 +22,7 @@ import re
 import shlex
 from typing import Optional
 
+from .clikit import strip_options
 from .errors import AttnbenchError
 from .store import Measurement
 
@@ -91,20 +92,6 @@ def _run_options(suite: str) -> set[str]:
     return {o for p in cmd.params for o in getattr(p, "opts", [])}
 
 
-def _strip(args: list[str], drop: dict[str, bool]) -> list[str]:
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in drop:
-            skip = drop[name] and "=" not in a
-            continue
-        out.append(a)
-    return out
-
-
 def command(r: Measurement, *, argv: Optional[list[str]] = None, db: Optional[str] = None,
             options: Optional[set[str]] = None) -> tuple[list[str], bool]:
     """``attnbench run ...`` that makes ``r``'s cell again, and whether it came from the run's recorded command
@@ -114,13 +101,17 @@ def command(r: Measurement, *, argv: Optional[list[str]] = None, db: Optional[st
     if argv and "run" in argv[1:]:
         rest = argv[argv.index("run", 1) + 1:]
         if rest and rest[0] == r.suite:
-            base = _strip(rest[1:], DROP)
+            base = strip_options(rest[1:], DROP)
             recorded = True
     if not recorded:
         base = []
         if "--preset" in options and r.params.get("preset"):
             base += ["--preset", str(r.params["preset"])]
-    args = ["attnbench", "run", r.suite, *base]
+    # the plug-ins as the record names them (absolute paths or modules), not as the run's working directory did
+    base = strip_options(base, {"--plugin": True})
+    plugin_args = [a for src in sorted(k.removeprefix("plugin:") for k in (r.packages or {}) if k.startswith("plugin:"))
+                   for a in ("--plugin", src)]
+    args = ["attnbench", "run", r.suite, *plugin_args, *base]
     if "--attn" in options:
         args += ["--attn", r.attention]
     if "--tasks" in options:

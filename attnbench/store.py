@@ -233,22 +233,23 @@ def point_hash(*, suite: str, setting: str, task: str, attention: str, options: 
                dtype: str | None, device: str) -> str:
     """The identity of a measured point (what resume compares). A point whose attention or options name a
     plug-in's mechanism also carries the hash of the plug-in's source (:func:`attnbench.plugins.identity`), so
-    editing the plug-in reruns the point; built-ins add nothing (their identities never change)."""
+    editing the plug-in reruns the point; built-ins add nothing (their identities never change). A plug-in named
+    only in ``params`` counts too (a suite whose cell is a mix of mechanisms, e.g. MixA's per-layer specs)."""
     from . import plugins
 
     point = {"suite": suite, "setting": setting, "task": task, "attention": attention, "options": options,
              "params": params, "dtype": dtype, "device": device}
-    used = plugins.identity(attention, options)
+    used = plugins.identity(attention, {"options": options, "params": params})
     if used:
         point["plugins"] = used
     return provenance.config_hash(point)
 
 
-def _plugin_provenance(attention: str, options: dict | None) -> dict[str, str]:
+def _plugin_provenance(attention: str, options: dict | None, params: dict | None = None) -> dict[str, str]:
     """``{"plugin:<file or module>": "sha256:<hash>"}`` for the plug-ins a record's mechanism comes from."""
     from . import plugins
 
-    return plugins.provenance(attention, options)
+    return plugins.provenance(attention, {"options": options, "params": params})
 
 
 def seeded_params(params: dict, seed: int | None) -> dict:
@@ -352,7 +353,7 @@ class Run:
             device=device or env.get("device") or "cpu", options=dict(options or {}), impl=impl, dtype=dtype,
             params=dict(params or {}), metrics=dict(metrics or {}), seed=seed,
             git_commit=env.get("git_commit"), git_dirty=env.get("git_dirty"),
-            packages={**(env.get("packages") or {}), **_plugin_provenance(attention, options)},
+            packages={**(env.get("packages") or {}), **_plugin_provenance(attention, options, params)},
             device_name=env.get("device_name"), error=error, started_at=started_at or provenance.now(),
             ended_at=ended_at or provenance.now(), source=self.source, run_id=self.run_id,
             config_hash=config_hash)

@@ -503,7 +503,7 @@ def launch_jobs(argv: Sequence[str], *, jobs: int, folder: str | os.PathLike, la
         import submitit
     except ImportError:
         raise AttnbenchError("--launcher slurm needs submitit: pip install submitit") from None
-    from .train.dist import strip_options
+    from .clikit import strip_options
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,10 @@ A plug-in's own test suite checks its mechanism in one line::
   k, v and every parameter) at odd lengths in float64 (the float64 floor) and in float32 (the tolerance policy of
   :mod:`attnbench.tolerance`: a multiple of the reference's own error in float32); the CPU impls again in float64
   with blocks of 32 tokens, so that a blocked form crosses block boundaries at small N;
+- the same under ``torch.no_grad`` (a fast form's inference path may differ from its training path), with the
+  parameters moved off their initial values;
+- the same with each option moved off its default (one at a time: an int by one, a float by half, a bool flipped;
+  a value the mechanism refuses is skipped), so a fast form cannot ignore an option its reference honours;
 - each form builds with its declared options' defaults, and ``impl="auto"`` resolves to a form that runs on a CPU;
 - output shape ``[B, H, N, Dv]`` in v's dtype and finite, in float32, float64 and bfloat16, with ``Dv != Dk``;
 - one batch element's output does not depend on the others;
@@ -114,6 +118,10 @@ def contract(name: str, *, lengths: tuple[int, ...] = CHECK_LENGTHS, verdicts: O
         for n in lengths:
             _clause(failures, name, form, f"CPU impls vs reference across blocks, N={n}, float64",
                     lambda n=n: several_blocks_match_fp64(name, causal, n))
+        _clause(failures, name, form, "CPU impls vs reference under no_grad, moved parameters, float64",
+                lambda: inference_matches_fp64(name, causal))
+        _clause(failures, name, form, "CPU impls vs reference with options off their defaults, float64",
+                lambda: options_match_fp64(name, causal))
         _clause(failures, name, form, "builds with its options' defaults and impl='auto' runs on a CPU",
                 lambda: auto_runs_on_cpu(name, causal))
         for dtype in (torch.float32, torch.float64, torch.bfloat16):
@@ -157,6 +165,78 @@ def several_blocks_match_fp64(name: str, causal: bool, n: int) -> Optional[str]:
         a = compare(fast, ref, ref, names=names, dtype=torch.float64)
         if not a.ok:
             return f"impl {impl!r} at N={n} with blocks of 32: {a.describe()}"
+    return None
+
+
+def _moved_parameters(attn: torch.nn.Module) -> None:
+    """Move every parameter off its initial value (seeded), so a fast form cannot lean on an initial zero or one."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+
+
+def inference_matches_fp64(name: str, causal: bool, lengths: tuple[int, ...] = (7, 129)) -> Optional[str]:
+    """Under ``torch.no_grad`` every CPU impl equals the reference in float64 (fast forms may take another path
+    there: features in place, buffers reused), with moved parameters and blocks of 32 tokens."""
+    for impl in cpu_impls(name, causal):
+        for n in lengths:
+            attn = _make(name, causal, n, impl=impl)
+            if hasattr(attn, "block_size"):
+                attn.block_size = 32
+            _moved_parameters(attn)
+            q, k, v = _qkv(2, n, torch.float64)
+            with torch.no_grad():
+                problem = _same64(attn.run(impl, q, k, v), attn.reference(q, k, v), f"no_grad output, N={n}")
+            if problem:
+                return f"impl {impl!r}: {problem}"
+    return None
+
+
+def _moved_option(value):
+    """An option's default moved off it (None: this kind of option is not moved)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 1.5 if value else 0.5
+    return None
+
+
+def options_match_fp64(name: str, causal: bool, n: int = 41) -> Optional[str]:
+    """With each option moved off its default (:func:`_moved_option`; one at a time), every CPU impl equals the
+    reference in float64, forward and backward. An option value the mechanism refuses (at build, or in the
+    reference's forward) is skipped: the clause is about options the reference honours."""
+    cls = registry.get_attention(name)
+    for option, default in registry.options_of(cls).items():
+        value = _moved_option(default)
+        if value is None or option in cls.shape_options(n):
+            continue
+        for impl in cpu_impls(name, causal):
+            try:
+                torch.manual_seed(0)
+                attn = registry.build_for_length(name, seq_len=n, heads=H, head_dim=D, causal=causal, impl=impl,
+                                                 **{option: value}).double()
+            except (AttnbenchError, ValueError, TypeError):
+                break  # the mechanism refuses this value: nothing to hold its forms to
+            if hasattr(attn, "block_size"):
+                attn.block_size = 32
+            _moved_parameters(attn)
+            q, k, v = _qkv(2, n, torch.float64)
+            weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
+                                 dtype=torch.float64)
+            params = [p for p in attn.parameters() if p.requires_grad]
+            names = ["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn.named_parameters()
+                                                                if p.requires_grad]
+            try:
+                ref = forward_backward(attn.reference, [q, k, v], weight, params)
+            except (AttnbenchError, ValueError):
+                break
+            fast = forward_backward(lambda *x: attn.run(impl, *x), [q, k, v], weight, params)
+            a = compare(fast, ref, ref, names=names, dtype=torch.float64)
+            if not a.ok:
+                return f"impl {impl!r} with {option}={value!r}: {a.describe()}"
     return None
 
 
@@ -267,13 +347,13 @@ def feature_map_shapes(name: str) -> Optional[str]:
     return None
 
 
-def feature_map_contract(name: str) -> list[Failure]:
+def feature_map_contract(name: str, *, verdicts: Optional[list[Verdict]] = None) -> list[Failure]:
     """A feature map's own clauses (its features have ``feature_dim`` columns, in float64, finite), then the
     contract of the attention built on it (a plug-in's map is registered as an attention of the same name)."""
     failures: list[Failure] = []
     _clause(failures, name, "map", "features [B, H, N, feature_dim], finite", lambda: feature_map_shapes(name))
     if name in registry.names():
-        failures += contract(name)
+        failures += contract(name, verdicts=verdicts)
     return failures
 
 

@@ -25,7 +25,6 @@ peer / attnbench (above 1: attnbench is faster).
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.util
 import sys
 

@@ -15,21 +15,25 @@ OPTIONS = {
     "--attn-dtype": ("ATTNBENCH_BENCH_DTYPE", "fp32", "fp32, bf16, fp16 or fp64"),
     "--attn-shape": ("ATTNBENCH_BENCH_SHAPE", "1,4,64", "batch,heads,head_dim"),
     "--attn-threads": ("ATTNBENCH_BENCH_THREADS", "1", "torch threads (0: torch's default, all cores)"),
-    "--attn-plugin": ("ATTNBENCH_PLUGINS", "", "plug-ins to load before --attn-names is read: files or modules "
-                      "registering attentions, separated as PATH is (attnbench's --plugin)"),
+    "--attn-plugin": ("ATTNBENCH_PLUGINS", "", "a plug-in to load before --attn-names is read: a file, folder or "
+                      "module registering attentions (attnbench's --plugin); repeatable, or several separated as "
+                      "PATH is"),
 }
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("attnbench", "attnbench micro-benchmarks")
     for opt, (env, default, help_) in OPTIONS.items():
-        group.addoption(opt, default=None, help=f"{help_} (env {env}; default {default!r})")
+        extra = {"action": "append"} if opt == "--attn-plugin" else {}
+        group.addoption(opt, default=None, help=f"{help_} (env {env}; default {default!r})", **extra)
 
 
 def bench_option(config, opt: str) -> str:
     """Command-line option, else its environment variable, else the default."""
     env, default, _ = OPTIONS[opt]
     value = config.getoption(opt.lstrip("-").replace("-", "_"))
+    if isinstance(value, list):  # a repeatable option
+        value = os.pathsep.join(value)
     if value is None:
         value = os.environ.get(env, default)
     return value
@@ -40,9 +44,14 @@ def pytest_configure(config):
     config.attnbench_bench = {opt.lstrip("-")[5:]: bench_option(config, opt) for opt in OPTIONS}
     sources = [s for s in config.attnbench_bench["plugin"].split(os.pathsep) if s.strip()]
     if sources:  # registered (and exported to child processes) before the benchmarks are parametrized
+        import pytest
+
         from attnbench import plugins
 
-        plugins.activate(sources)
+        try:
+            plugins.activate(sources)
+        except plugins.PluginError as e:  # one line, as attnbench's --plugin
+            raise pytest.UsageError(str(e)) from None
 
 
 def _machine(config) -> dict:

@@ -43,6 +43,11 @@ def test_fast_forms_match_reference_fp64(name, causal, n):
 
 
 @pytest.mark.parametrize("name,causal", forms())
+def test_fast_forms_match_reference_with_options_off_their_defaults(name, causal):
+    holds(testing.options_match_fp64(name, causal))
+
+
+@pytest.mark.parametrize("name,causal", forms())
 def test_fast_forms_within_tolerance_policy_fp32(name, causal):
     holds(testing.fp32_within_policy(name, causal))
 
@@ -110,6 +115,14 @@ def test_the_clauses_catch_what_they_are_for(monkeypatch):
 
     monkeypatch.setattr(SoftmaxAttention, f"forward_{impl}", detached)
     assert "no gradient reaches q" in testing.gradients_reach("softmax", False)
+
+    def wrong_without_grad(self, q, k, v):  # an inference path that differs from the training path
+        out = good(self, q, k, v)
+        return out if torch.is_grad_enabled() else out.flip(-2)
+
+    monkeypatch.setattr(SoftmaxAttention, f"forward_{impl}", wrong_without_grad)
+    assert testing.several_blocks_match_fp64("softmax", False, 7) is None
+    assert "no_grad output" in testing.inference_matches_fp64("softmax", False)
 
 
 def triton_forms():

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import attnbench
+from attnbench import testing
 from attnbench import registry
 from attnbench.bench.memory import TensorMemory
 from attnbench.ops import (linear_attention_bidirectional, linear_attention_blocked, linear_attention_chunked,
@@ -188,19 +189,12 @@ def _forms():
 
 
 @pytest.mark.parametrize("name,causal", list(_forms()))
-@pytest.mark.parametrize("n", [7, 129])
-def test_inference_path_matches_reference_fp64(name, causal, n):
+def test_inference_path_matches_reference_fp64(name, causal):
     """Under no_grad the fast forms take other paths (features in place into reused block buffers, per-query
-    factors dropped, permuted states): the same function as the reference, across several blocks."""
-    torch.manual_seed(0)
-    attn = registry.build_for_length(name, seq_len=n, heads=2, head_dim=8, causal=causal).double()
-    if hasattr(attn, "block_size"):
-        attn.block_size = 32
-    with torch.no_grad():
-        for p in attn.parameters():
-            p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
-        q, k, v = (gaussian(2, 2, n, 8, seed=s) for s in range(3))
-        assert_matches_fp64(attn(q, k, v), attn.reference(q, k, v), f"{name} inference N={n}")
+    factors dropped, permuted states): the same function as the reference, across several blocks (the contract's
+    clause, :func:`attnbench.testing.inference_matches_fp64`)."""
+    problem = testing.inference_matches_fp64(name, causal)
+    assert problem is None, problem
 
 
 # --- the recomputing backward (ops.linear_attention_recomputed) ------------------------------------------------

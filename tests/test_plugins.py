@@ -198,6 +198,24 @@ def test_point_identity_carries_the_plugin_hash_and_builtins_do_not_change(fresh
                                                                  "plugins": {"hashed": sha}})
     assert point_hash(attention="deltanet+hashed", **kw) != config_hash({**plain, "attention": "deltanet+hashed"})
     assert plugins.provenance("hashed") == {f"plugin:{src.resolve()}": f"sha256:{sha}"}
+    # a cell that names the plug-in only in its params (MixA's per-layer specs) carries it too
+    mixed = dict(kw, params={"n": 1, "specs": ["softmax", "hashed"]})
+    assert point_hash(attention="mix", **mixed) == config_hash({**mixed, "attention": "mix",
+                                                                 "plugins": {"hashed": sha}})
+
+
+def test_the_benchmarks_load_a_plugin_and_a_broken_one_is_one_line(tmp_path):
+    bench = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks"), "-q", "-p", "no:cacheprovider",
+             "--benchmark-disable", "--attn-seq", "64"]
+    env = {k: v for k, v in os.environ.items() if k != plugins.ENV}
+    ok = subprocess.run([*bench, "--attn-plugin", str(EXAMPLE), "--attn-names", "my_window"], cwd=tmp_path,
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "1 passed" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-2000:]
+    broken = write(tmp_path / "broken.py", "x = 1 / 0\n")
+    bad = subprocess.run([*bench, "--attn-plugin", str(broken)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 4 and "broken.py, line 1: ZeroDivisionError" in bad.stderr, bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr
 
 
 # --- the contract -------------------------------------------------------------------------------------------------------
@@ -219,7 +237,8 @@ def test_the_readme_test_snippet_runs_the_example_through_the_pytest_helper(fres
     assert tests
     for fn in tests:
         fn()
-    # every command of the section is one this file runs end to end
+    # the section's commands are those this file runs (through the CLI, on a copy of the example outside the
+    # repository): check, a run of each suite with the plug-in, and the table that shows it
     commands = section.split("```bash\n")[1].split("```")[0]
     for cmd in ("attnbench check --plugin", "attnbench run lra --plugin", "attnbench run vision --plugin",
                 "attnbench run scaling --plugin", "attnbench run lm --plugin", "attnbench table lra"):
@@ -246,6 +265,33 @@ def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_
         attnbench.testing.check_attention("planted")
     good = CliRunner().invoke(app, ["list", "--plugin", str(EXAMPLE), "--format", "json"])
     assert good.exit_code == 0 and '"my_window"' in good.output and str(EXAMPLE) in good.output
+
+
+def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path):
+    """``attnbench check --plugin`` on the example itself exits 0 (both mechanisms, the map's own clause too); three
+    planted copies exit 1 naming the broken clause: a fast form that ignores its ``window`` option, one that is
+    wrong only under no_grad, and a feature map whose fast ``phi`` is not its reference."""
+    src = EXAMPLE.read_text()
+    ok = _cli(["check", "--plugin", str(EXAMPLE), "--attn", "my_window,my_softplus", "--format", "md"], cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "my_window" in ok.stdout and "my_softplus" in ok.stdout and "FAIL" not in ok.stdout
+    planted = {
+        "option": (src.replace("left, right = self.window - 1, (0 if self.causal else self.window - 1)",
+                               "left, right = 15, (0 if self.causal else 15)"), "my_window",
+                   "options off their defaults", "window=17"),
+        "no_grad": (src.replace("        return torch.einsum(\"bhnw,bhndw->bhnd\", scores.softmax(-1), vw)",
+                                "        out = torch.einsum(\"bhnw,bhndw->bhnd\", scores.softmax(-1), vw)\n"
+                                "        return out if torch.is_grad_enabled() else out.flip(-2)"),
+                    "my_window", "under no_grad", "no_grad output"),
+        "map": (src.replace("return F.softplus(x, beta=self.beta)", "return F.softplus(x, beta=self.beta) + 0.01"),
+                "my_softplus", "vs reference", "disagrees with its reference"),
+    }
+    for what, (text, name, clause, detail) in planted.items():
+        assert text != src, what  # the planting found its line
+        bad = write(tmp_path / f"planted_{what}.py", text)
+        run = _cli(["check", "--plugin", str(bad), "--attn", name, "--format", "md"], cwd=tmp_path)
+        fails = [ln for ln in run.stdout.splitlines() if ln.startswith(f"FAIL {name}")]
+        assert run.returncode == 1 and any(clause in ln and detail in ln for ln in fails), (what, run.stdout[-3000:])
 
 
 # --- every process of a run loads the plug-in -------------------------------------------------------------------------
@@ -327,25 +373,58 @@ def outside(tmp_path):
     return src
 
 
+def table_section(markdown: str, setting: str) -> str:
+    """The first table of ``attnbench table ... --format md`` whose title names ``setting``, with its caption."""
+    sections = markdown.split("\n#### ")
+    found = [sec for sec in sections if setting in sec.splitlines()[0]]
+    assert found, f"no table titled with {setting!r} in:\n{markdown[:3000]}"
+    return found[0]
+
+
+def in_table(suite: str, db: str, setting: str, rows: list[str], *, cwd: Path) -> None:
+    """The user's table of ``suite`` (no committed results) has every row of ``rows`` in the table of ``setting``:
+    the plug-in beside the built-ins, measured in the same run."""
+    table = _cli(["table", suite, "--db", db, "--format", "md", "--no-committed"], cwd=cwd)
+    assert table.returncode == 0, table.stdout[-2000:] + table.stderr[-2000:]
+    section = table_section(table.stdout, setting)
+    for row in rows:
+        assert f"| {row} |" in section, (row, section)
+
+
 def test_lra_under_torchrun_two_processes_puts_the_plugin_in_the_table(outside, tmp_path):
     preset = tmp_path / "p.toml"
     preset.write_text(LRA_PRESET)
-    run = _cli(["run", "lra", "--plugin", outside.name, "--attn", "my_window", "--tasks", "listops", "--preset",
-                str(preset), "--db", "two.db", "--out", "two", "--nproc", "2"], cwd=tmp_path)
+    run = _cli(["run", "lra", "--plugin", outside.name, "--attn", "softmax,my_window", "--tasks", "listops",
+                "--preset", str(preset), "--db", "two.db", "--out", "two", "--nproc", "2"], cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "launching 2 processes" in run.stdout
-    ((attention, status, _, packages, metrics),) = _records(tmp_path / "two.db")
-    assert (attention, status) == ("my_window", "ok") and json.loads(metrics)["world_size"] == 2
-    assert f"plugin:{outside}" in packages
-    table = _cli(["table", "lra", "--db", "two.db", "--format", "md"], cwd=tmp_path)
-    assert table.returncode == 0 and "| my_window |" in table.stdout and "| softmax |" in table.stdout
+    recs = {r[0]: r for r in _records(tmp_path / "two.db")}
+    assert set(recs) == {"softmax", "my_window"} and all(r[1] == "ok" for r in recs.values())
+    assert json.loads(recs["my_window"][4])["world_size"] == 2
+    assert f"plugin:{outside}" in recs["my_window"][3] and "plugin:" not in recs["softmax"][3]
+    in_table("lra", "two.db", "lra/plugtest", ["softmax", "my_window"], cwd=tmp_path)
+    show = _cli(["show", "lra", "my_window", "--db", "two.db", "--no-committed"], cwd=tmp_path)
+    again = [ln.strip() for ln in show.stdout.splitlines() if ln.strip().startswith("attnbench run lra")]
+    assert show.returncode == 0 and again and f"--plugin {outside}" in again[0], show.stdout  # the absolute source
 
 
-def test_vision_smoke_runs_the_plugin_feature_map(outside, tmp_path):
-    run = _cli(["run", "vision", "--plugin", str(outside), "--attn", "my_softplus", "--smoke", "--db", "v.db"],
-               cwd=tmp_path)
+# (suite, its arguments, the table setting, rows): each suite's tiny preset through its real pipeline (--smoke),
+# the plug-in beside a built-in; one process (the --nproc and submitit runs are the LRA and scaling tests)
+SUITE_RUNS = [
+    ("lra", ["--attn", "softmax,my_window", "--tasks", "listops"], "lra/tiny-smoke", ["softmax", "my_window"]),
+    ("vision", ["--attn", "softmax,my_softplus"], "vision/tiny-smoke", ["softmax", "my_softplus"]),
+    ("claims", ["--only", "memory", "--attn", "nala,my_window"], "claims/cpu-smoke", ["my_window", "nala"]),
+    ("lm", ["--attn", "deltanet+my_softplus"], "lm/tiny-smoke", ["deltanet+my_softplus"]),
+]
+
+
+@pytest.mark.parametrize("suite,args,setting,rows", SUITE_RUNS, ids=[r[0] for r in SUITE_RUNS])
+def test_each_suite_puts_the_plugin_in_its_table(outside, tmp_path, suite, args, setting, rows):
+    run = _cli(["run", suite, "--plugin", str(outside), *args, "--smoke", "--db", "s.db"], cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert any(r[:2] == ("my_softplus", "ok") for r in _records(tmp_path / "v.db"))
+    plugged = [r for r in _records(tmp_path / "s.db") if "my_" in r[0]]  # the smoke's planned stop is a record too
+    assert any(r[1] == "ok" for r in plugged) and all(f"plugin:{outside}" in r[3] for r in plugged)
+    in_table(suite, "s.db", setting, rows, cwd=tmp_path)
 
 
 def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, tmp_path):
@@ -388,3 +467,6 @@ def test_an_lm_with_a_plugin_feature_map_loads_in_a_fresh_process(fresh, outside
             "print(m.model.cfg.feature_map, tuple(m.model(torch.zeros(1, 3, dtype=torch.long)).shape))" % str(path))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "my_softplus (1, 3, 16)" in out.stdout, out.stderr[-2000:]
+    outside.write_text(outside.read_text() + "\n# edited after training\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "restore that version of the file, or retrain" in out.stderr, out.stderr[-2000:]

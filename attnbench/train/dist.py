@@ -13,6 +13,8 @@ import subprocess
 import sys
 from typing import Any, Optional, Sequence
 
+from ..clikit import strip_options
+
 STRATEGIES = ("ddp", "fsdp")
 
 
@@ -123,21 +125,6 @@ def wrap_model(model, dist: Dist, device, strategy: str = "ddp"):
             model.set_requires_gradient_sync(True)
 
     return model, no_sync
-
-
-def strip_options(argv: Sequence[str], names: dict[str, bool]) -> list[str]:
-    """``argv`` without the options ``names`` (name -> takes a value), spelled ``--opt v`` or ``--opt=v``."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in names:
-            skip = names[name] and "=" not in a
-            continue
-        out.append(a)
-    return out
 
 
 def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:

@@ -63,13 +63,9 @@ def save_lm(folder: str | os.PathLike, model, tokenizer, *, eos_id: int, max_len
     return folder
 
 
-def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
-    """The model (eval mode, on ``device``), tokenizer and metadata of the artifact at ``path``."""
-    import torch
-    from tokenizers import Tokenizer
-
-    from attnbench.models.lm import LMConfig, build_lm
-
+def read_config(path: str | os.PathLike) -> dict:
+    """The checked ``config.json`` of the artifact at ``path``, without torch: the directory, its files, the
+    format and the JSON. :class:`ArtifactError` (one line naming the path) when any is missing or damaged."""
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"{path}: not an attnbench LM checkpoint directory (expected {', '.join(FILES)}); "
@@ -78,17 +74,44 @@ def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
     if missing:
         raise ArtifactError(f"{path}: incomplete checkpoint, missing {', '.join(missing)}")
     try:
-        cfg_file = json.loads((path / "config.json").read_text())
-        if cfg_file.get("format") != FORMAT:
-            raise ArtifactError(f"{path / 'config.json'}: format {cfg_file.get('format')!r}, this attnbench reads "
-                                f"format {FORMAT}")
-        sources = list((cfg_file.get("meta") or {}).get("plugins") or {})
-        if sources:  # a model with a plug-in's feature map: its plug-in first (exported to lm-eval's children too)
+        cfg_file = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(cfg_file, dict) or not isinstance(cfg_file.get("meta") or {}, dict):
+            raise TypeError("config.json or its meta is not a table")
+    except (OSError, ValueError, TypeError) as e:
+        raise ArtifactError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
+    if cfg_file.get("format") != FORMAT:
+        raise ArtifactError(f"{path / 'config.json'}: format {cfg_file.get('format')!r}, this attnbench reads "
+                            f"format {FORMAT}")
+    return cfg_file
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """The ``meta`` of the artifact at ``path`` (:func:`read_config`; no torch)."""
+    return dict(read_config(path).get("meta") or {})
+
+
+def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
+    """The model (eval mode, on ``device``), tokenizer and metadata of the artifact at ``path``."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from attnbench.models.lm import LMConfig, build_lm
+
+    path = Path(path)
+    cfg_file = read_config(path)
+    try:
+        recorded = (cfg_file.get("meta") or {}).get("plugins") or {}
+        if recorded:  # a model with a plug-in's feature map: its plug-in first (exported to lm-eval's children too)
             from attnbench import plugins
 
-            plugins.activate(sources)
+            loaded = {p.source: p for p in plugins.activate(list(recorded))}
+            for source, digest in recorded.items():
+                now = loaded.get(plugins.resolve(source))
+                if now is not None and f"sha256:{now.sha256}" != digest:
+                    raise ArtifactError(f"{path}: trained with plug-in {source} at {digest[:19]}, which is now "
+                                        f"sha256:{now.short_hash}; restore that version of the file, or retrain")
         cfg = LMConfig.from_dict(cfg_file["model"])
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise ArtifactError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
     try:
         state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)

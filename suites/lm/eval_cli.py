@@ -17,7 +17,6 @@ lm-eval's own command line with the ``attnbench`` model registered: ``python -m 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -28,33 +27,10 @@ from attnbench import clikit
 from attnbench.clikit import fail
 from attnbench.errors import AttnbenchError
 
+from .artifact import ArtifactError, read_meta
+
 DEFAULT_TASKS = "attnbench_heldout,attnbench_cloze"
 LOCAL_TASKS = ("attnbench_heldout", "attnbench_cloze")
-CHECKPOINT_FILES = ("config.json", "model.pt", "tokenizer.json")
-
-
-class LMCheckpointError(AttnbenchError):
-    """A checkpoint path that is missing or damaged (the message names it)."""
-
-
-def read_checkpoint_meta(path: str | Path) -> dict:
-    """The ``meta`` of a checkpoint directory's config.json, without torch. :class:`LMCheckpointError` (one line
-    naming the path) when it is missing or damaged."""
-    path = Path(path)
-    if not path.is_dir():
-        raise LMCheckpointError(f"{path}: not an attnbench LM checkpoint directory (expected "
-                              f"{', '.join(CHECKPOINT_FILES)})")
-    missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
-    if missing:
-        raise LMCheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)}")
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        meta = cfg.get("meta") or {}
-        if not isinstance(meta, dict):
-            raise TypeError("meta is not a table")
-    except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise LMCheckpointError(f"{path / 'config.json'}: damaged ({type(e).__name__}: {e})") from None
-    return meta
 
 
 def _heldout_file(meta: dict, checkpoint: Path) -> Optional[Path]:
@@ -67,7 +43,7 @@ def _heldout_file(meta: dict, checkpoint: Path) -> Optional[Path]:
     for cand in ([p] if p.is_absolute() else [Path.cwd() / p, project_root() / p, checkpoint / p]):
         if cand.is_file():
             return cand.resolve()
-    raise LMCheckpointError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
+    raise ArtifactError(f"{checkpoint}: its held-out corpus {held} is not there (config.json meta.heldout); "
                           f"give the local tasks with --include-path instead")
 
 
@@ -83,7 +59,7 @@ def local_tasks_for(checkpoint: str | Path, meta: dict, *, seed: int = 0) -> Opt
     try:
         docs = read_jsonl_texts(held)
     except (OSError, ValueError, KeyError) as e:
-        raise LMCheckpointError(f"{held}: damaged held-out corpus ({type(e).__name__}: {e})") from None
+        raise ArtifactError(f"{held}: damaged held-out corpus ({type(e).__name__}: {e})") from None
     folder = checkpoint.resolve().parent / f"{checkpoint.resolve().name}.lm_eval_tasks"
     return write_local_tasks(folder, docs, seed=seed)
 
@@ -115,7 +91,7 @@ def run_evaluation(checkpoints: Sequence[str | Path], tasks: str | Sequence[str]
     plans = []  # (path, meta, include paths)
     for ck in checkpoints:
         path = Path(ck)
-        meta = read_checkpoint_meta(path)
+        meta = read_meta(path)
         auto = local_tasks_for(path, meta, seed=seed) if wants_local else None
         includes = [str(p) for p in (auto, include_path) if p is not None]
         plans.append((path, meta, includes))
@@ -182,7 +158,7 @@ def eval_command(
     """Score LM checkpoints with lm-eval (perplexity and accuracy), one record per checkpoint in the store."""
     setting = None
     try:
-        metas = [read_checkpoint_meta(c) for c in checkpoint]
+        metas = [read_meta(c) for c in checkpoint]
         settings = {str(m.get("setting") or "lm/unknown") for m in metas}
         setting = settings.pop() if len(settings) == 1 else None
     except (AttnbenchError, ValueError, OSError) as e:

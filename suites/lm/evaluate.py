@@ -26,7 +26,6 @@ import contextlib
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from attnbench.errors import AttnbenchError
