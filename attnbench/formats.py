@@ -3,6 +3,8 @@
 - Python pickles are read with :class:`SafeUnpickler` only: it loads numpy arrays and Python 2 byte strings and
   refuses every other global, so a data file cannot run code when it is read (``pickle.load`` on a downloaded
   file would run whatever the file names).
+- Torch files (model weights, checkpoints) are read with ``torch.load(..., weights_only=True)``:
+  :func:`refused_global` names the object such a file holds beyond tensors and plain values, for the error.
 - CIFAR's python release (``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``,
   ``cifar-100-python/{train,test,meta}``): :func:`read_cifar_batch` and :func:`read_cifar_meta`.
 
@@ -32,6 +34,15 @@ class SafeUnpickler(pickle.Unpickler):
         if (module, name) in PICKLE_ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def refused_global(error: BaseException) -> str | None:
+    """The global (``argparse.Namespace``) a ``torch.load(..., weights_only=True)`` refused, else None (the file
+    is not readable at all: truncated, not a torch file)."""
+    import re
+
+    m = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+    return m.group(1) if m else None
 
 
 def load_pickle(path: PathLike, what: str) -> dict[str, Any]:

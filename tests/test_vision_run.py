@@ -68,6 +68,11 @@ def test_a_softmax_checkpoint_round_trips_and_loads_into_a_linear_vit(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(AttnbenchError, match="junk.pt is not a readable torch file"):
         load_pretrained(other, tmp_path / "junk.pt")
+    import argparse  # a training checkpoint with its argparse options: never unpickled (it could be code)
+
+    torch.save({"model": teacher.state_dict(), "args": argparse.Namespace(lr=1e-3)}, tmp_path / "deit.pt")
+    with pytest.raises(AttnbenchError, match=r"deit.pt holds a Python object beyond tensors \(argparse.Namespace\)"):
+        load_pretrained(again, tmp_path / "deit.pt")
 
 
 # --- the suite ------------------------------------------------------------------------------------------------

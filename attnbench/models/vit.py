@@ -12,6 +12,7 @@ convolution runs over the patch grid, the class token passes through it unchange
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import AttnbenchError
+from ..formats import refused_global
 from ..spec import AttentionSpec
 from .blocks import BlockOptions, layer_specs
 
@@ -129,7 +131,13 @@ def load_pretrained(vit: nn.Module, path: str | Path, *, allow_missing_mechanism
     if not path.is_file():
         raise AttnbenchError(f"checkpoint {path} does not exist")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
+        obj = torch.load(path, map_location="cpu", weights_only=True)  # a user's file: tensors only, no code
+    except pickle.UnpicklingError as e:
+        if refused_global(e) is None:
+            raise AttnbenchError(f"checkpoint {path} is not a readable torch file ({type(e).__name__})") from None
+        raise AttnbenchError(f"checkpoint {path} holds a Python object beyond tensors ({refused_global(e)}), which "
+                             f"attnbench does not unpickle (it could run code); save the state dict alone, e.g. "
+                             f"torch.save(ckpt['model'], 'weights.pt')") from None
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same one-line error
         raise AttnbenchError(f"checkpoint {path} is not a readable torch file ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None

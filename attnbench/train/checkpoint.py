@@ -12,7 +12,7 @@ from typing import Any
 
 from ..sweep import CellError
 
-FORMAT = 2  # 1: the LRA runner's dict checkpoints (before attnbench.train)
+FORMAT = 3  # 1: the LRA runner's dict checkpoints (before attnbench.train); 2: numpy RNG state pickled
 
 
 class CheckpointError(CellError):
@@ -44,8 +44,15 @@ def load(path: Path, *, identity: str) -> dict[str, Any]:
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): {remedy}")
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as e:
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values only
+    except pickle.UnpicklingError as e:
+        from ..formats import refused_global
+
+        held = refused_global(e)
+        reason = (f"it holds {held}, a Python object beyond tensors and plain values (an older attnbench wrote it, "
+                  f"or another program), which is not unpickled" if held else "not a torch file")
+        raise CheckpointError(f"checkpoint {path} is damaged ({reason}): {remedy}") from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is damaged ({reason}): {remedy}") from None
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:

@@ -200,7 +200,10 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 
 
 def _rng_states() -> dict[str, Any]:
-    out = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state as tensors and plain values: a checkpoint loads with ``weights_only=True``."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    out = {"torch": torch.get_rng_state(), "python": random.getstate(),
+           "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))}
     if torch.cuda.is_available():
         out["cuda"] = torch.cuda.get_rng_state_all()
     return out
@@ -208,7 +211,8 @@ def _rng_states() -> dict[str, Any]:
 
 def _set_rng_states(rng: dict[str, Any]) -> None:
     torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
+    kind, keys, pos, has_gauss, cached = rng["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     random.setstate(rng["python"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])

@@ -369,7 +369,7 @@ def run_pipeline(spec: AttentionSpec, stages: tuple[int, ...], teacher: nn.Modul
         stage_hooks = hooks(f"{tag}-{stages_label(stages)}", k) if callable(hooks) else hooks
         done = work / "stages" / f"{tag}-stage{k}.pt"
         if done.is_file() and not force:
-            saved = torch.load(done, map_location="cpu", weights_only=False)
+            saved = torch.load(done, map_location="cpu", weights_only=True)
             student.load_state_dict(saved["model"])
             records[k] = saved["record"]
             continue
