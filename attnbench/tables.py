@@ -272,8 +272,7 @@ def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]
                 else:
                     row.append("/".join(sorted({r.status for r in rs})) or "·")
             rows.append(row)
-        names = sorted({r.device_name for r in recs if r.device_name})
-        title = f"{setting} · {dtype} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        title = f"{setting} · {dtype} · {device} ({machine_of(recs)})"
         out.append((title, ["attention", *tasks], rows,
                     f"{source.label}. Score per attention and task (mean over seeds).{seed_note(stats, False)}"))
     return out
@@ -302,9 +301,10 @@ TEXT_COLUMNS = ("criterion", "paper", "options", "status", "impls", "the paper p
                 "quadratic layers", "why", "claim", "reason")
 #: Which columns go first when a table is too wide for the console (matched by header prefix, in this order); then
 #: the rightmost remaining ones. The first column (the row's name) is never dropped.
-DROP_FIRST = ("impl", "form", "dtype", "worst", "ref err", "bound", "wall", "params", "top-5", "FLOPs", "infer mem",
-              "train mem", "peak mem", "infer img/s", "after 1 / 2", "stage losses", "quadratic layers", "input",
-              "the paper prints", "impls", "bidirectional", "causal", "exponent", "GFLOP/s", "criterion")
+DROP_FIRST = ("worst", "ref err", "bound", "wall", "params", "top-5", "FLOPs", "infer mem", "train mem", "peak mem",
+              "infer img/s", "after 1 / 2", "stage losses", "quadratic layers", "the paper prints", "impls",
+              "bidirectional", "exponent", "GFLOP/s", "criterion", "statistic", "bwd err", "dtype", "causal",
+              "impl", "form", "input")  # what tells rows apart (form, impl, input) goes last of these
 #: Columns dropped last (a row's outcome).
 KEEP_LAST = ("verdict", "status", "top-1", "avg", "score")
 TABLE_FORMATS = ("auto", "table", "rich", "md", "markdown", "tsv", "json")
@@ -355,8 +355,25 @@ def _widths(header: list[str], rows: list[list[Any]], i: int) -> tuple[int, int]
     return max([cell_len(ln) for ln in lines] + [head_word]), natural
 
 
+def _text_widths(header: list[str], rows: list[list[Any]], cols: list[int], width: int | None) -> dict[int, int]:
+    """Explicit widths of the prose columns among ``cols`` so that the table is at most ``width`` cells wide: each
+    at its natural width if all fit, else its longest word plus a share of what is left in proportion to how much
+    it would wrap (rich, left to itself, may overshoot and crop the table's right edge)."""
+    text = [i for i in cols if _is_text(header[i])]
+    if not text or width is None:
+        return {}
+    fixed = sum(_widths(header, rows, i)[0] for i in cols if i not in text)
+    room = width - fixed - 3 * len(cols) - 1  # one space each side and a rule per column, the last rule
+    lo = {i: _widths(header, rows, i)[0] for i in text}
+    natural = {i: _widths(header, rows, i)[1] for i in text}
+    if sum(natural.values()) <= room:
+        return natural
+    spare, want = max(0, room - sum(lo.values())), sum(natural[i] - lo[i] for i in text) or 1
+    return {i: lo[i] + (spare * (natural[i] - lo[i])) // want for i in text}
+
+
 def _rich_table(t: TableData, cols: list[int], style: str | None, *, fit: bool = True,
-                dropped: list[str] | None = None):
+                dropped: list[str] | None = None, width: int | None = None):
     from rich.table import Table
     from rich.text import Text
 
@@ -366,13 +383,14 @@ def _rich_table(t: TableData, cols: list[int], style: str | None, *, fit: bool =
                     f"every column).")
     table = Table(title=Text(title, style=f"bold {style}" if style else "bold"), caption=Text(caption),
                   caption_justify="left")
+    prose = _text_widths(header, rows, cols, width if fit else None)
     for i in cols:
         name = header[i].startswith(("attention", "method", "impl", "name", "variant", "check"))
         lo, _ = _widths(header, rows, i)
         text = _is_text(header[i])
         # a fixed width for a column of numbers (rich never narrows it); its header wraps between words
         table.add_column(Text(header[i]), justify="left" if name or text else "right", min_width=lo,
-                         width=None if text or not fit else lo)
+                         width=prose.get(i) if text else (lo if fit else None))
     for row in rows:
         cells = []
         for i in cols:
@@ -435,7 +453,7 @@ def render_tables(tables: Iterable[TableData], *, console=None, fmt: str = "auto
             shown.append(list(t[1]))
             continue
         dropped = [t[1][i] for i in range(len(t[1])) if i not in cols]
-        console.print(_rich_table(t, cols, style, dropped=dropped), soft_wrap=False)  # captions fit too
+        console.print(_rich_table(t, cols, style, dropped=dropped, width=console.width), soft_wrap=False)
         console.print()
         shown.append([t[1][i] for i in cols])
     return shown
@@ -502,22 +520,44 @@ def table_view(tables: Callable[[list[Measurement], str], list[TableData]], *,
     return View(data=lambda src: tables(src.records, src.label), extra_data=extra, plot=plot)
 
 
-def _machine_parts(records: Iterable[Measurement]) -> tuple[list[str], str]:
-    names, flops = set(), set()
+def _machines(records: Iterable[Measurement]) -> dict[str, str]:
+    """Each machine (device name) of ``records`` with the fp32 matmul GFLOP/s measured when its runs started
+    (``metrics["matmul_fp32_gflops"]``; a range over its runs), or "" where none was recorded."""
+    flops: dict[str, list[float]] = {}
     for r in records:
         if r.device_name:
-            names.add(r.device_name)
-        g = r.metrics.get("matmul_fp32_gflops")
-        if isinstance(g, (int, float)):
-            flops.add(f"{g:.0f}")
-    return sorted(names), (f"fp32 matmul {'/'.join(sorted(flops, key=float))} GFLOP/s" if flops else "")
+            seen = flops.setdefault(r.device_name, [])
+            g = r.metrics.get("matmul_fp32_gflops")
+            if isinstance(g, (int, float)):
+                seen.append(float(g))
+    out = {}
+    for name, gs in sorted(flops.items()):
+        lo, hi = (f"{min(gs):.0f}", f"{max(gs):.0f}") if gs else ("", "")
+        out[name] = "" if not gs else f"fp32 matmul {lo if lo == hi else f'{lo}–{hi}'} GFLOP/s"
+    return out
 
 
 def machine_of(records: Iterable[Measurement]) -> str:
-    """The machines that measured ``records``: the device names (CPU or GPU model) and, where recorded, the fp32
-    matmul GFLOP/s measured when they ran (``metrics["matmul_fp32_gflops"]``)."""
-    names, flops = _machine_parts(records)
-    return ", ".join(p for p in ("; ".join(names) or "machine not recorded", flops) if p)
+    """The machines that measured ``records``: each device name (CPU or GPU model) with, where recorded, the fp32
+    matmul GFLOP/s measured when it ran; several machines each with their own figure."""
+    machines = _machines(records)
+    if not machines:
+        return "machine not recorded"
+    if len(machines) == 1:
+        ((name, flops),) = machines.items()
+        return f"{name}, {flops}" if flops else name
+    return "; ".join(f"{name} ({flops or 'matmul GFLOP/s not recorded'})" for name, flops in machines.items())
+
+
+def board_title(what: str, setting: str, device: str, records: Iterable[Measurement]) -> str:
+    """A leaderboard's title: what it shows, its setting and device, and the machines that measured it, each with
+    its fp32 matmul GFLOP/s (:func:`machine_of`)."""
+    return f"{what} — {setting} · {device} ({machine_of(records)})"
+
+
+def commits_of(records: Iterable[Measurement]) -> list[str]:
+    """The commits (10 hex digits, ``-dirty`` for a tree with uncommitted changes) that measured ``records``."""
+    return sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in records})
 
 
 #: The mark of a timing taken while other attnbench processes ran on the same host (see attnbench.sweep).
@@ -544,14 +584,14 @@ def source_tables(view: View, src: Source) -> list[TableData]:
     """The view's tables of ``src``, each title naming the machine that measured it (unless the view's title
     already does) and whether the numbers are the committed reference results or the user's own runs."""
     machine = machine_of(src.records)
-    names, flops = _machine_parts(src.records)
+    names = list(_machines(src.records))
     tag = "committed results" if src.committed else "your runs"
     out = []
     for title, header, rows, cap in view.data(src):
         if not names or not all(n in title for n in names):
             title += f" ({machine})"
-        elif flops and "GFLOP/s" not in title:
-            title += f" ({flops})"
+        elif "GFLOP/s" in machine and "GFLOP/s" not in title:  # the view named the machines: add their figures
+            title += f" ({machine.removeprefix(names[0] + ', ') if len(names) == 1 else machine})"
         if any(CONTENDED in str(c) for row in rows for c in row):
             cap += (f" {CONTENDED} timed while other attnbench processes ran on the same machine (listed in the "
                     f"record's metrics.concurrent_attnbench): a slower figure, not comparable.")

@@ -140,7 +140,7 @@ def test_check_formats_keep_every_number_whole(monkeypatch):
             (table,) = json.loads(r.stdout)
             assert table["rows"][0]["fwd err"] == "2.2e-07" and "1 agree" in r.stderr
             continue
-        shown = numbers if fmt != "table" else ["2.2e-07", "2.0e-06", "1023"]
+        shown = numbers if fmt != "table" else ["2.2e-07", "1023", "causal"]  # the form before the errors
         assert all(n in r.output for n in shown), (fmt, r.output)
         assert "…" not in r.output
         if fmt == "table":  # a terminal of 80 columns: nothing wider, columns dropped (and named) rather than cut
@@ -189,8 +189,13 @@ def test_list_and_table_at_80_columns_keep_names_and_numbers_whole():
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert max(map(len, lines)) <= 80
+    body = [ln for ln in lines if ln[:1] and ln[:1] in "┏┃┡│└"]
+    assert body and all(ln.rstrip()[-1] in "┓┃┩│┘" for ln in body), "a row lost its right edge (cropped)"
     for name in attnbench.names():
         assert any(f" {name} " in ln for ln in lines), name
+    tsv = runner.invoke(app, ["list", "--format", "tsv"])  # every option whole: wrapped between options, never cut
+    options = [o.strip() for row in tsv.output.splitlines()[1:] for o in row.split("\t")[-1].split(", ")]
+    assert len(options) > 30 and all(o in r.output for o in options), [o for o in options if o not in r.output]
     r = runner.invoke(app, ["table", "vision"], env={"COLUMNS": "80"})       # piped: markdown, rows whole
     assert r.exit_code == 0 and "| attention | impl | top-1 |" in r.output
 

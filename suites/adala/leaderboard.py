@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -64,8 +64,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
-        names = sorted({r.device_name for r in recs if r.device_name})
+        commits = commits_of(recs)
         cap = (f"{source_label}. Data: {fm.get('data', '?')}. Teacher: the softmax ViT {fp.get('teacher', '?')} "
                f"(vision preset {fp.get('vision_preset', '?')}). Rows: the teacher; 'scratch', the vision suite's "
                f"model of the attention trained from scratch for as many steps as stages 1+2+3 together; then the "
@@ -75,7 +74,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"10, in stage order (1: Eq. 3, 2: Eq. 4, 3: cross-entropy). FLOPs per image by torch.utils.flop_counter; inference "
                f"images/s and the peak memory of one forward at batch {fm.get('mem_batch', '?')} (CPU: tensor bytes "
                f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.{seed_note(stats)}")
-        title = f"adala — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        title = board_title("adala", setting, device, recs)
         if not ok:
             cap = unfinished_caption(source_label, recs)
         out.append((title, ["attention", "stages", "top-1", "after 1 / 2", "stage losses",

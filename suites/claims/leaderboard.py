@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import label_of, latest
+from attnbench.tables import board_title, commits_of, label_of, latest
 from attnbench.store import Measurement
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",
@@ -50,17 +50,16 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
             else:
                 verdict = r.status
                 why = (m.get("reason") or r.error or "").splitlines()[0] if (m.get("reason") or r.error) else ""
-                rows.append([r.task, label_of(r), inp, "-", why[:140], verdict])
+                rows.append([r.task, label_of(r), inp, "-", why, verdict])  # prose: wraps, never cut
             counts[verdict] = counts.get(verdict, 0) + 1
-        names = sorted({r.device_name for r in recs if r.device_name})
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        commits = commits_of(recs)
         cap = (f"{source_label}. Each row: one paper's mechanism-level argument measured on attnbench's "
                f"implementation; the statistic with its 99% interval where it has one ([lo, hi]); the criterion "
                f"fixed in code before measuring (holds when the interval lies on the claimed side, fails when it "
                f"lies on the other, inconclusive otherwise); figures: <check>--<mechanism>--<input>.png in "
-               f"{'results/claims' if 'committed' in source_label else 'results/runs/claims (or --out)'}. Verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-               + f". Commit {', '.join(commits)}.")
-        out.append((f"claims — {setting} · {device}" + (f" ({'; '.join(names)})" if names else ""),
+               f"{'results/claims' if 'committed' in source_label else 'results/runs/claims (or --out)'}. Verdicts: "
+               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f". Commit {', '.join(commits)}.")
+        out.append((board_title("claims", setting, device, recs),
                     ["check", "attention", "input", "statistic", "criterion", "verdict"], rows, cap))
         mem = [r for r in recs if r.task == "memory" and r.status == "ok" and "peak_bytes" in r.metrics]
         if mem:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 # the lm-eval (task, metric) behind each column, as in FLA's README evaluation and NaLaFormer's Table 5
@@ -90,9 +90,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
         first = next((r for r in trained if r.status == "ok"), None)
         fm, fp = (first.metrics, first.params) if first else ({}, {})
         ev = next(iter(evals.values()), None)
-        names = sorted({r.device_name for recs in by_task.values() for r in recs if r.device_name})
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "")
-                          for recs in by_task.values() for r in recs})
+        every = [r for recs in by_task.values() for r in recs]
+        commits = commits_of(every)
         cap = (f"{source_label}. Corpus: {fm.get('data', '?')}. Test perplexity per token of the trained model "
                f"(weights of the best validation step) on the held-out test documents; bits/byte the same loss per "
                f"UTF-8 byte; unigram entropy of the corpus {fm.get('unigram_entropy', float('nan')):.3f} nats/token "
@@ -105,7 +104,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                + f"Test ppl and bits/byte: means over seeds; the other columns: the latest seed's cell. Throughput "
                f"from whatever machine ran the cells. Commit {', '.join(commits)}."
                + seed_note(stats.values(), proportion=False))
-        title = f"lm — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        title = board_title("lm", setting, device, every)
         if first is None:
             cap = unfinished_caption(source_label, [r for rs in by_task.values() for r in rs])
         out.append((title, header, rows, cap))

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import latest, timing_mark
+from attnbench.tables import board_title, commits_of, latest, timing_mark
 from attnbench.store import Measurement
 
 
@@ -161,10 +161,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                 rows.append(["first-operator heuristic (baseline)", "-",
                              *[f"{100 * vals[0]:.2f}" if t == "listops" else "-" for t in tasks], "-"])
         seeds = sorted({r.seed for r in recs if r.seed is not None})
-        names = sorted({r.device_name for r in recs if r.device_name})
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        commits = commits_of(recs)
         dates = sorted({(r.ended_at or "")[:10] for r in recs} - {""})
-        title = f"LRA accuracy — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        title = board_title("LRA accuracy", setting, device, recs)
         cap = (f"{source_label}. Test accuracy (%) at the best validation step ± the half-width of its 95% Wilson "
                f"interval over the test set (n in the budget line); seeds {seeds}.{seed_note(stats.values())} ^ best "
                f"of its column (marks compare the means over seeds); ≈ not significantly different from the best (two-proportion "

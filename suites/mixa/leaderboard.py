@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import latest, timing_mark, unfinished_caption
+from attnbench.tables import commits_of, latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
@@ -70,7 +70,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params
         scores = fm.get("scores") or []
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        commits = commits_of(recs)
         cap = (f"{source_label}. MixA (Ahmed et al. 2025): Eq. 3 scores I_A per layer "
                + ", ".join(f"{i}: {s:.3g}" for i, s in enumerate(scores))
                + f" (A' = {fp.get('linear_matrix')}, {fp.get('score_batches')} × {fp.get('score_batch_size')} "

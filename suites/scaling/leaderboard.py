@@ -22,8 +22,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.tables import (BASELINE, Source, View, describe_records, fit_exponent, fmt_bytes, fmt_n, fmt_time,
-                              label_of, latest, md_table, slug)
+from attnbench.tables import (BASELINE, Source, View, commits_of, describe_records, fit_exponent, fmt_bytes, fmt_n,
+                              fmt_time, label_of, latest, machine_of, md_table, slug)
 from attnbench.store import Measurement
 
 TENSOR_KEY = "peak_tensor_bytes"    # primary: tensor-level peak (allocator-independent)
@@ -139,10 +139,9 @@ def scaling_boards(records: Iterable[Measurement]) -> list[ScalingBoard]:
             t = row.ok(last).metrics.get("time_median_s") if last else math.inf
             return (row.label != BASELINE, -last if last < nmax else -nmax, t or math.inf, row.label)
 
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
-        names = sorted({r.device_name for r in recs if r.device_name})
+        commits = commits_of(recs)
         boards.append(ScalingBoard(suite=recs[0].suite, setting=setting, task=task, dtype=dtype, device=device,
-                                   device_name="; ".join(names) or None, ns=ns,
+                                   device_name=machine_of(recs), ns=ns,
                                    rows=sorted(rows.values(), key=order), commits=commits,
                                    dates=describe_records(recs).rsplit(", ", 1)[-1]))
     return boards

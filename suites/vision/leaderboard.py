@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -53,8 +53,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                          f"{m['wall_s']:.0f} s"])
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params
-        names = sorted({r.device_name for r in recs if r.device_name})
-        commits = sorted({(r.git_commit or "?")[:10] + ("-dirty" if r.git_dirty else "") for r in recs})
+        commits = commits_of(recs)
         cap = (f"{source_label}. Data: {fm.get('data', '?')}. Test top-1 (%) with the weights of the best validation "
                f"step ± the half-width of its 95% Wilson interval over the test set (n = {fm.get('n_test', '?')}); "
                f"^ best; ≈ not significantly different from the best (two-proportion test of the means over seeds, p ≥ "
@@ -69,7 +68,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"machine ran it. Commit {', '.join(commits)}.{seed_note(stats.values())}")
         if not ok:
             cap = unfinished_caption(source_label, recs)
-        title = f"vision — {setting} · {device}" + (f" ({'; '.join(names)})" if names else "")
+        title = board_title("vision", setting, device, recs)
         out.append((title, ["attention", "impl", "top-1", "top-5", "params", "FLOPs/img", "train img/s",
                             "infer img/s", "peak mem", "wall"], rows, cap))
         sweep = resolution_table(ok, setting, device)
