@@ -276,7 +276,7 @@ th,td{padding:3px 8px;border-bottom:1px solid var(--line);vertical-align:top;tex
 th.num,td.num{text-align:right}
 td:first-child{position:sticky;left:0;background:inherit;z-index:1;box-shadow:1px 0 0 var(--line)}
 tbody tr{background:#fff}
-td.text{white-space:normal;min-width:14em;max-width:32em}
+td.text{white-space:normal;min-width:14em;max-width:32em}.nw{white-space:nowrap}
 thead th{background:var(--bg2)}
 thead th:first-child{position:sticky;left:0;z-index:2}
 th button{all:unset;cursor:pointer;font-weight:600}th button:focus-visible{outline:2px solid var(--acc)}
@@ -301,7 +301,7 @@ body{max-width:none;padding:0;font-size:10pt}nav,th button::after{display:none}
 a{color:inherit;text-decoration:none}
 h2{break-before:page;border-top:none}section:first-of-type h2{break-before:auto}
 h2,h3,h4{break-after:avoid}tr,figure.fig,.prov{break-inside:avoid}
-.scroll{overflow:visible}table{font-size:7.5pt}th,td{padding:2px 4px}th{white-space:normal}
+.scroll{overflow:visible}table{font-size:7.5pt}th,td{padding:2px 4px}th,td.num{white-space:normal}
 td.name,td.text{white-space:normal;min-width:6em}td:first-child,thead th:first-child{position:static}
 .board.reported{background:none}
 .figs,.figs.wide{grid-template-columns:1fr 1fr}
@@ -344,6 +344,15 @@ def _numeric_columns(header: list[str], rows: list[list[object]]) -> list[bool]:
     return out
 
 
+def _line(line: str) -> str:
+    """One line of a cell, escaped; a parenthesised part (``69.61 (seeds ± 32.01, n=3)``) is its own unbreakable
+    piece, so a printed page may put it under the number without ever splitting a number."""
+    head, sep, rest = line.partition(" (")
+    if not sep:
+        return _e(line)
+    return f'<span class="nw">{_e(head)}</span> <span class="nw">{_e("(" + rest)}</span>'
+
+
 def _cell(text_col: bool, numeric: bool, cell: object) -> str:
     text = str(cell)
     classes = ["num" if numeric else "name"]
@@ -354,7 +363,10 @@ def _cell(text_col: bool, numeric: bool, cell: object) -> str:
         classes.append(_OUTCOMES[word])
     elif text.rstrip().endswith("^"):   # the views' mark of a column's best
         classes.append("best")
-    return f'<td class="{" ".join(classes)}">{"<br>".join(_e(line) for line in text.splitlines()) or "&nbsp;"}</td>'
+    lines = [_e(line) if text_col else _line(line) for line in text.splitlines()]
+    if not numeric and not text_col:  # a spec (gated_deltanet+nala:qk_norm=k) may break after + and :
+        lines = [ln.replace("+", "+<wbr>").replace(":", ":<wbr>") for ln in lines]
+    return f'<td class="{" ".join(classes)}">{"<br>".join(lines) or "&nbsp;"}</td>'
 
 
 def _board_html(b: Board, anchor: str) -> str:

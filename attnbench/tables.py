@@ -74,14 +74,18 @@ def load_sources(suite: str, *, db: str | None = None, include_committed: bool =
     """The committed reference results of ``suite`` (if any) and the user's store (if it exists)."""
     sources: list[Source] = []
     committed_runs: set[str] = set()
-    if include_committed:
+    if include_committed:  # one source over the suite's files: a row's seeds may come from several of them
+        recs, files = [], []
         for f in reference_files(suite):
-            recs = [r for r in read_jsonl(f) if r.suite == suite and (setting is None or r.setting == setting)]
-            if recs:
-                committed_runs |= {r.run_id for r in recs if r.run_id}
-                rel = _relative(f)
-                sources.append(Source(f"committed reference results ({rel}; {describe_records(recs)})", recs,
-                                      committed=True, path=f))
+            mine = [r for r in read_jsonl(f) if r.suite == suite and (setting is None or r.setting == setting)]
+            if mine:
+                recs += mine
+                files.append(f)
+        if recs:
+            committed_runs |= {r.run_id for r in recs if r.run_id}
+            rel = ", ".join(_relative(f) for f in files)
+            sources.append(Source(f"committed reference results ({rel}; {describe_records(recs)})", recs,
+                                  committed=True, path=files[0]))
     if include_store:
         store = open_existing(db)
         if store is not None:
