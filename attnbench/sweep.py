@@ -235,7 +235,7 @@ def _progress(console, enabled: bool):
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console,
-                    disable=not enabled, transient=False)
+                    disable=not enabled or not console.is_terminal, transient=False)  # no bars in a log file
 
 
 def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], CellResult], *, suite: str,
@@ -334,10 +334,12 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
                 outcomes.append(outcome)
                 if interrupted:
                     break
-        if main:
-            store.finish_run(run.run_id, "interrupted" if interrupted else "ok")
         summary = SweepSummary(suite, setting, outcomes, interrupted=interrupted,
                                run_id=run.run_id if run else None, planned=planned)
+        if main:  # a run whose command fails (a cell failed, or nothing could run) is not recorded as ok
+            code = summary.exit_code()
+            store.finish_run(run.run_id, "interrupted" if interrupted else ("failed" if code else "ok"),
+                             note=None if not code or interrupted else summary.line())
         if main:
             color = "yellow" if interrupted else ("red" if summary.exit_code() else "green")
             console.print(f"[{color}]{summary.line()}[/]")

@@ -162,6 +162,19 @@ def test_lra_data_dir_that_does_not_exist_is_one_line_and_records_nothing(tmp_pa
     assert not db.exists()
 
 
+def test_an_lra_run_with_no_data_for_any_task_fails_and_is_recorded_failed(tmp_path):
+    from attnbench.store import Store
+
+    (tmp_path / "empty").mkdir()
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "lra", "--attn", "softmax", "--data-dir", str(tmp_path / "empty"), "--db", str(db),
+                            "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "nothing to run" in r.output and "━" not in r.output, r.output  # no bar when piped
+    with Store(db) as s:
+        (run,) = s.runs()
+    assert run["status"] == "failed" and "nothing to run" in run["note"]
+
+
 def test_run_claims_writes_no_committed_file(tmp_path):
     import subprocess
 

@@ -375,16 +375,34 @@ def _console(width: int, terminal: bool):
     return Console(file=io.StringIO(), width=width, force_terminal=terminal, color_system=None, soft_wrap=False)
 
 
+def _as_your_runs(suite: str) -> list:
+    """The committed records of ``suite`` as a user's store would give them (the "your runs" tables)."""
+    return [tbl.Source("your runs (x.db)", src.records, path=None) for src in tbl.load_sources(suite)]
+
+
 @pytest.mark.parametrize("suite", SUITES_WITH_RESULTS)
-def test_every_table_is_whole_at_80_columns_and_when_piped(suite, tmp_db):
-    tables = _all_tables(suite)
+@pytest.mark.parametrize("whose", ["committed", "yours"])
+def test_every_table_is_whole_at_80_columns_and_when_piped(suite, whose, tmp_db):
+    sources = _as_your_runs(suite) if whose == "yours" else tbl.load_sources(suite)
+    view = tbl.view_of(suite)
+    tables = [t for src in sources for t in tbl.source_tables(view, src)]
+    tables += view.extra_data() if view.extra_data and whose == "committed" else []
     assert tables, suite
+
+    def show(console):
+        if whose == "committed":
+            tbl.table(suite, console=console)
+        else:
+            tbl.print_tables(suite, sources, console=console)
+
     # on an 80-column terminal: no line longer than 80, every shown cell of a number column on one line, whole
     con = _console(80, terminal=True)
-    tbl.table(suite, console=con)
+    show(con)
     out = con.file.getvalue()
     lines = out.splitlines()
     assert max(len(ln) for ln in lines) <= 80, suite
+    framed = [ln for ln in lines if ln[:1] and ln[:1] in "┏┃┡│└"]
+    assert all(ln.rstrip()[-1] in "┓┃┩│┘" for ln in framed), (suite, "a table lost its right edge (cropped)")
     for t in tables:
         for i in tbl.fit_columns(t, 80):
             for row in t[2]:
@@ -396,7 +414,7 @@ def test_every_table_is_whole_at_80_columns_and_when_piped(suite, tmp_db):
                         assert any(part in ln for ln in lines), (suite, t[0], t[1][i], part)
     # piped: markdown, each row on one line with every cell whole, whatever the width
     con = _console(80, terminal=False)
-    tbl.table(suite, console=con)
+    show(con)
     out = con.file.getvalue()
     assert "| --- " not in out and "|---" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("| ")]

@@ -358,7 +358,7 @@ def check_lm_eval_tasks(tasks: str | Sequence[str], include_path: PathList = Non
     names = _tasks_list(tasks)
     if not names:
         raise EvalError("no task given")
-    with hub_mode(offline), _quiet_datasets():
+    with hub_mode(offline), _quiet_lm_eval():
         tm = task_manager(names, include_path)
         unknown = [t for t in names if t not in tm.all_tasks]
         if unknown:
@@ -400,18 +400,27 @@ def sample_counts(results: dict) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _quiet_datasets() -> Iterator[None]:
-    """No ``datasets`` progress bars ("Generating test split") within the block."""
+def _quiet_lm_eval() -> Iterator[None]:
+    """No ``datasets`` progress bars ("Generating test split") and no lm-eval warning about the num_fewshot that
+    attnbench set itself, within the block."""
     try:
         from datasets.utils import logging as ds_logging
     except ImportError:  # pragma: no cover - lm-eval depends on datasets
         yield
         return
+    import logging
+
+    def chosen_fewshot(record: logging.LogRecord) -> bool:  # attnbench passes num_fewshot on purpose: not news
+        return not str(record.msg).startswith("Overwriting default num_fewshot")
+
+    evaluator_log = logging.getLogger("lm_eval.evaluator")
     was = ds_logging.is_progress_bar_enabled()
     ds_logging.disable_progress_bar()
+    evaluator_log.addFilter(chosen_fewshot)
     try:
         yield
     finally:
+        evaluator_log.removeFilter(chosen_fewshot)
         if was:
             ds_logging.enable_progress_bar()
 
@@ -437,7 +446,7 @@ def evaluate_checkpoint(path_or_loaded: Any, tasks: str | Sequence[str], *, incl
     else:
         lm = AttnbenchLM(loaded=path_or_loaded, batch_size=batch_size, device=device)
 
-    with hub_mode(offline), _quiet_datasets():
+    with hub_mode(offline), _quiet_lm_eval():
         tm = task_manager(names, include_path)
         unknown = [t for t in names if t not in tm.all_tasks]
         if unknown:
