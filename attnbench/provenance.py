@@ -38,6 +38,13 @@ def config_hash(obj: Any) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def file_id(path: str | os.PathLike) -> str:
+    """``name@sha256[:12]`` of a file (a teacher, a pretrained checkpoint): what a cell that starts from it records
+    and hashes, so another file under the same name is another cell."""
+    path = Path(path)
+    return f"{path.name}@{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
+
+
 def git_info(path: str | None = None) -> dict[str, Any]:
     """``{"commit": sha or None, "dirty": bool or None}`` of the repository holding the attnbench sources."""
     where = path or str(PACKAGE_DIR)

@@ -2,7 +2,7 @@
 
 :class:`RunOptions` is what ``attnbench run <suite>`` parses once for every suite (seed, store, work directory,
 shard, threads, launch; see :func:`attnbench.clikit.run_command`) and hands to the suite's runner.
-:class:`RunContext` owns what every runner used to repeat: the device, the process group under torchrun, the
+:class:`RunContext` owns what every runner needs once: the device, the process group under torchrun, the
 thread count of the run (set once, recorded with every result by the store), the work directory, the sweep call
 and the shutdown. Torch-free at import (the CLI imports this for ``--help``).
 """

@@ -553,6 +553,16 @@ def machine_of(records: Iterable[Measurement]) -> str:
     return "; ".join(f"{name} ({flops or 'matmul GFLOP/s not recorded'})" for name, flops in machines.items())
 
 
+def boards(records: Iterable[Measurement],
+           preferred: Iterable[str] = ("ok",)) -> list[tuple[tuple[str, str], list[Measurement]]]:
+    """The latest record of each point (:func:`latest`), grouped into one leaderboard per (setting, device), in
+    order: results of different settings never share a table."""
+    groups: dict[tuple[str, str], list[Measurement]] = {}
+    for r in latest(records, preferred=preferred):
+        groups.setdefault((r.setting, r.device), []).append(r)
+    return sorted(groups.items())
+
+
 def board_title(what: str, setting: str, device: str, records: Iterable[Measurement]) -> str:
     """A leaderboard's title: what it shows, its setting and device, and the machines that measured it, each with
     its fp32 matmul GFLOP/s (:func:`machine_of`)."""

@@ -35,7 +35,7 @@ import torch
 from . import registry
 from .errors import AttnbenchError, UnsupportedError
 from .tolerance import compare
-from .verify import CHECK_LENGTHS, Verdict, forward_backward, runnable_impls, verify
+from .verify import CHECK_LENGTHS, Verdict, agreement, runnable_impls, verify
 
 H, D = 2, 8
 POLICY_LENGTH = 97   # float32 policy check: long enough for several chunks of a chunked form
@@ -74,8 +74,8 @@ def _same64(a: torch.Tensor, b: torch.Tensor, what: str) -> Optional[str]:
     """None when ``a`` equals ``b`` under the float64 policy (both float64), else what differs."""
     if a.shape != b.shape:
         return f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
-    agreement = compare(a, b, b, names=[what], dtype=torch.float64)
-    return None if agreement.ok else agreement.describe()
+    verdict = compare(a, b, b, names=[what], dtype=torch.float64)
+    return None if verdict.ok else verdict.describe()
 
 
 def _verdict_failure(v: Verdict) -> Optional[Failure]:
@@ -146,23 +146,26 @@ def cpu_impls(name: str, causal: bool) -> list[str]:
     return [i for i in runnable_impls(cls, causal) if i not in cls.gpu_only_impls]
 
 
+def _fp64_agreement(attn, impl: str, n: int):
+    """``impl`` of ``attn`` (a float64 module) against its reference in float64 at length ``n``, with blocks of 32
+    tokens: the output and the gradients with respect to q, k, v and every parameter."""
+    if hasattr(attn, "block_size"):
+        attn.block_size = 32
+    q, k, v = _qkv(2, n, torch.float64)
+    weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
+                         dtype=torch.float64)
+    names = ["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn.named_parameters()
+                                                        if p.requires_grad]
+    return agreement(lambda *x: attn.run(impl, *x), attn.reference, [q, k, v], dtype=torch.float64, weight=weight,
+                     params=[p for p in attn.parameters() if p.requires_grad], names=names)
+
+
 def several_blocks_match_fp64(name: str, causal: bool, n: int) -> Optional[str]:
     """Every CPU impl equals the reference in float64 at length ``n`` (the float64 floor), forward and the gradients
     with respect to q, k, v and every parameter, with a block size of 32 so that a blocked form (features block by
     block, the recomputing backward) crosses block boundaries even at small N."""
     for impl in cpu_impls(name, causal):
-        attn = _make(name, causal, n, impl=impl)
-        if hasattr(attn, "block_size"):
-            attn.block_size = 32
-        q, k, v = _qkv(2, n, torch.float64)
-        weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
-                             dtype=torch.float64)
-        params = [p for p in attn.parameters() if p.requires_grad]
-        names = ["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn.named_parameters()
-                                                            if p.requires_grad]
-        fast = forward_backward(lambda *x: attn.run(impl, *x), [q, k, v], weight, params)
-        ref = forward_backward(attn.reference, [q, k, v], weight, params)
-        a = compare(fast, ref, ref, names=names, dtype=torch.float64)
+        a = _fp64_agreement(_make(name, causal, n, impl=impl), impl, n)
         if not a.ok:
             return f"impl {impl!r} at N={n} with blocks of 32: {a.describe()}"
     return None
@@ -220,21 +223,12 @@ def options_match_fp64(name: str, causal: bool, n: int = 41) -> Optional[str]:
                                                  **{option: value}).double()
             except (AttnbenchError, ValueError, TypeError):
                 break  # the mechanism refuses this value: nothing to hold its forms to
-            if hasattr(attn, "block_size"):
-                attn.block_size = 32
             _moved_parameters(attn)
-            q, k, v = _qkv(2, n, torch.float64)
-            weight = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=torch.Generator().manual_seed(0),
-                                 dtype=torch.float64)
-            params = [p for p in attn.parameters() if p.requires_grad]
-            names = ["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn.named_parameters()
-                                                                if p.requires_grad]
             try:
-                ref = forward_backward(attn.reference, [q, k, v], weight, params)
+                attn.reference(*_qkv(1, n, torch.float64))
             except (AttnbenchError, ValueError):
-                break
-            fast = forward_backward(lambda *x: attn.run(impl, *x), [q, k, v], weight, params)
-            a = compare(fast, ref, ref, names=names, dtype=torch.float64)
+                break  # the reference refuses it at this length
+            a = _fp64_agreement(attn, impl, n)
             if not a.ok:
                 return f"impl {impl!r} with {option}={value!r}: {a.describe()}"
     return None

@@ -2,9 +2,10 @@
 
 Every place that asks "does this form compute its mechanism?" asks it here: ``attnbench check``
 (:func:`verify_all`), the timing gate before any timing (:func:`verify_resolved`, called by the scaling suite's
-point and ``benchmarks/``), the contract tests and the benchmarks (:func:`verify`, :func:`forward_backward`).
+point and ``benchmarks/``), the contract tests and the benchmarks (:func:`verify`, :func:`agreement`,
+:func:`forward_backward`).
 
-One comparison (:func:`_agreement`): the fast form and the reference in the precision under test against the
+One comparison (:func:`agreement`): the fast form and the reference in the precision under test against the
 reference in float64 (the module's float64 copy) on the same inputs; the output and the gradients of a fixed
 projection of it with respect to q, k, v and every parameter, judged by :func:`attnbench.tolerance.compare`
 (the fast form's error may be at most ``MULTIPLE`` times the reference's own error in the same precision, plus a
@@ -98,36 +99,46 @@ def _params(module) -> list[torch.Tensor]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
-def _judge(fast, reference, low: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype,
-           names: list[str], ground_truth, *, params: list[torch.Tensor] = (), floor: float | None = None
-           ) -> Agreement:
-    """The comparison every verification makes: ``fast`` and ``reference`` on the same ``low`` inputs (in
-    ``dtype``) against ``ground_truth()`` (the reference in float64; in float64 the reference itself is the
-    ground truth). With ``weight``, also the gradients of ``<out, weight>`` with respect to the inputs and
-    ``params``. ``floor`` replaces the dtype's floor."""
-    fast_out = forward_backward(fast, low, weight, params)
-    ref_low = forward_backward(reference, low, weight, params)
-    ref64 = ref_low if dtype == torch.float64 else ground_truth()
+def agreement(fast, reference, inputs: list[torch.Tensor], *, dtype: torch.dtype, weight: torch.Tensor | None = None,
+              params: list[torch.Tensor] = (), names: list[str] | None = None, reference64=None,
+              params64: list[torch.Tensor] = (), floor: float | None = None,
+              device: torch.device | str | None = None) -> Agreement:
+    """The comparison every verification makes: ``fast`` and ``reference`` on the same ``inputs`` cast to ``dtype``
+    against ``reference64`` on the float64 ``inputs`` (in float64 the reference itself is the ground truth), under
+    :func:`attnbench.tolerance.compare`. With ``weight``, also the gradients of ``<out, weight>`` with respect to
+    the inputs and ``params`` (``params64``: the same parameters of the float64 copy). The benchmarks hold a fast
+    form to a plain form or to a peer library with this too. ``floor`` replaces the dtype's floor; ``device``: where
+    the forms in ``dtype`` run (the ground truth runs where ``inputs`` are)."""
+    low = [t.to(device or t.device, dtype) for t in inputs]
+    low_weight = None if weight is None else weight.to(low[0].device)
+    fast_out = forward_backward(fast, low, low_weight, params)
+    ref_low = forward_backward(reference, low, low_weight, params)
+    if dtype == torch.float64 or reference64 is None:
+        ref64 = ref_low
+    else:
+        ref64 = forward_backward(reference64, inputs, weight, params64)
+    if names is None:
+        names = ["output"] + [f"grad {i}" for i in range(len(fast_out) - 1)]
     return compare(fast_out, ref_low, ref64, names=names, dtype=dtype, floor=floor)
 
 
 def _judge_module(module, fast, inputs: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype, *,
                   floor: float | None = None) -> Agreement:
-    """:func:`_judge` for an attention module: ``fast`` and ``module.reference`` in ``dtype`` against the
+    """:func:`agreement` for an attention module: ``fast`` and ``module.reference`` in ``dtype`` against the
     reference of the module's float64 copy on the float64 ``inputs``; gradients with respect to q, k, v and every
     parameter."""
-    def ground_truth():
+    module64 = copy.deepcopy(module).double()
+
+    def reference64(*x):
         try:
-            module64 = copy.deepcopy(module).double()
-            return forward_backward(module64.reference, inputs, weight, _params(module64))
+            return module64.reference(*x)
         except (RuntimeError, TypeError):  # a reference that cannot run in float64: ground truth in float32
-            module32 = copy.deepcopy(module).float()
-            return forward_backward(module32.reference, [t.float() for t in inputs], weight, _params(module32))
+            return module64.float().reference(*(t.float() for t in x)).double()
 
     names = ["output", "grad q", "grad k", "grad v"] + [f"grad {n}" for n, p in module.named_parameters()
                                                         if p.requires_grad]
-    return _judge(fast, module.reference, [t.to(dtype) for t in inputs], weight, dtype, names, ground_truth,
-                  params=_params(module), floor=floor)
+    return agreement(fast, module.reference, inputs, dtype=dtype, weight=weight, params=_params(module),
+                     names=names, reference64=reference64, params64=_params(module64), floor=floor)
 
 
 def _verdict(name: str, causal: bool, impl: str, seq_len: int, a: Agreement) -> Verdict:
@@ -229,9 +240,8 @@ def verify_delta_rule(name: str, *, impl: str, seq_len: int, dtype: torch.dtype 
     weight = torch.randn(shape, generator=gen, dtype=torch.float64)
     recurrence = (lambda *x: delta_rule_recurrent(*x)[0])
     try:
-        a = _judge(lambda *x: delta_rule(*x, impl=impl, chunk_size=16)[0], recurrence,
-                   [t.to(device, dtype) for t in inputs], weight.to(device), dtype, names,
-                   lambda: forward_backward(recurrence, inputs, weight))
+        a = agreement(lambda *x: delta_rule(*x, impl=impl, chunk_size=16)[0], recurrence, inputs, dtype=dtype,
+                      weight=weight, names=names, reference64=recurrence, device=device)
     except UnsupportedError as e:
         return _not_run(name, True, impl, seq_len, dtype, "skipped", str(e))
     except Exception as e:  # a crash is a failed check, reported in the table, not a traceback

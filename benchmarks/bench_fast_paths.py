@@ -20,7 +20,7 @@ No timing without a correctness check first, twice: the fast form against the qu
 129 (fp32, forward and gradients, :func:`attnbench.verify.verify`), and at the timed shape against the plain
 O(N) form (the reference feature maps on the whole sequence, then the associative product; quadratic reference
 for laplacian at N <= 4096) under the tolerance policy: fp32 fast vs fp32 plain vs fp64 plain, with the gradients
-when timing forward + backward. A failed check is printed and that timing skipped; the script then exits 1.
+(q, k, v and every parameter) when timing forward + backward. A failed check is printed and that timing skipped; the script then exits 1.
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ import torch.nn.functional as F
 import attnbench
 from attnbench.bench.memory import TensorMemory
 from attnbench.bench.timing import round_robin
-from attnbench.verify import forward_backward, verify
+from attnbench.verify import agreement, verify
 from attnbench.ops import linear_attn as la
 from attnbench.provenance import machine, machine_line
-from attnbench.tolerance import compare
 
 B, H, D = 1, 4, 64
 TARGETS = {"linear": 1.5, "relu_linear": 1.5, "stella": 1.5, "nala": 2.5, "mirrorla": 2.5, "polaformer": 2.5,
@@ -106,14 +105,13 @@ def checked(name: str, n: int, mode: str) -> bool:
         if n > 4096:
             return True  # checked at small N above (and at 4096 when that is timed too)
         ref32, ref64 = attn32.reference, attn64.reference
-    x64 = inputs(n, torch.float64)
-    x32 = [t.float() for t in x64]
     weight = torch.randn(B, H, n, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     grad = mode == "fwd+bwd"
-    fast = forward_backward(attn32, x32, weight if grad else None)
-    low = forward_backward(ref32, x32, weight if grad else None)
-    exact = forward_backward(ref64, x64, weight if grad else None)
-    a = compare(fast, low, exact, names=["output", "grad q", "grad k", "grad v"][:len(fast)], dtype=torch.float32)
+    trained = [p for p in attn32.parameters() if p.requires_grad]  # parameter gradients are held too
+    a = agreement(attn32, ref32, inputs(n, torch.float64), dtype=torch.float32, weight=weight if grad else None,
+                  params=trained, reference64=ref64, params64=[p for p in attn64.parameters() if p.requires_grad],
+                  names=["output", "grad q", "grad k", "grad v"] + [f"grad {pn}" for pn, p in attn32.named_parameters()
+                                                                    if p.requires_grad])
     if not a.ok:
         FAILED.append(f"{name} N={n} {mode}: {a.describe()}")
         print(f"   FAIL {FAILED[-1]}; not timed")

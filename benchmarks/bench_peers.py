@@ -34,9 +34,8 @@ from torch import nn
 
 import attnbench
 from attnbench.bench.timing import round_robin
-from attnbench.verify import forward_backward
+from attnbench.verify import agreement
 from attnbench.provenance import machine, machine_line
-from attnbench.tolerance import compare
 
 B, H, D = 1, 4, 64
 FAILED: list[str] = []
@@ -180,13 +179,11 @@ def pairs(n: int):
 
 def agree(label: str, build, mode: str) -> bool:
     """attnbench (fp32) against the peer in fp64, ruled by the peer's own fp32 error (the tolerance policy)."""
-    ours, peer, x32 = build(torch.float32)
+    ours, peer, _ = build(torch.float32)
     _, peer64, x64 = build(torch.float64)
-    weight = torch.randn(x32[0].shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    grad = weight if mode == "fwd+bwd" else None
-    fast, low, exact = (forward_backward(f, x, grad) for f, x in ((ours, x32), (peer, x32), (peer64, x64)))
-    a = compare(fast, low, exact, names=["output"] + [f"grad {i}" for i in range(len(fast) - 1)],
-                dtype=torch.float32)
+    weight = torch.randn(x64[0].shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    a = agreement(ours, peer, x64, dtype=torch.float32, weight=weight if mode == "fwd+bwd" else None,
+                  reference64=peer64)
     if not a.ok:
         FAILED.append(f"{label} {mode}: {a.describe()}")
         print(f"   FAIL outputs disagree: {FAILED[-1]}; not timed")

@@ -204,6 +204,9 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     every time), and memory beyond the inputs and output does not grow with N. N need not be a multiple of C:
     the tail is padded with k = v = beta = g = 0 tokens, which leave the state unchanged (a = 1, nothing
     written).
+    On a CPU the batched triangular solve runs on one thread (:func:`attnbench.ops.threads.one_thread`: set and
+    restored inside this call, the same on every machine; LAPACK solves the small matrices one by one, each too
+    small to share), the rest on the run's threads.
     Shapes and return value as :func:`delta_rule_recurrent`.
     """
     _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, boards, commits_of, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -29,11 +29,8 @@ def _loss(s: dict | None) -> str:
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
-    groups: dict[tuple, list[Measurement]] = {}
-    for r in latest(records, preferred=("ok",)):
-        groups.setdefault((r.setting, r.device), []).append(r)
     out = []
-    for (setting, device), recs in sorted(groups.items()):
+    for (setting, device), recs in boards(records):
         rows, stats = [], []
         # a row is (attention, stage set) over its seeds (attnbench.tables.seed_rows); columns other than top-1
         # and the stage accuracies: its latest seed

@@ -55,7 +55,6 @@ student inherits), so any subset of stages (``--stages``; ``--ablation`` runs Ta
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -64,6 +63,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench.errors import AttnbenchError
+from attnbench.provenance import file_id
 from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.spec import AttentionSpec, as_specs
 from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
@@ -387,10 +387,6 @@ def run_pipeline(spec: AttentionSpec, stages: tuple[int, ...], teacher: nn.Modul
     return student, records
 
 
-def _file_id(path: Path) -> str:
-    return f"{path.name}@{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
-
-
 def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_sets: Sequence[tuple[int, ...]], *,
                seed: int, device: str, data_fingerprint: str, teacher_id: str,
                scratch: dict[str, Path]) -> list[Cell]:
@@ -413,7 +409,7 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
         if spec.label in scratch:
             w = scratch[spec.label]
             cells.append(cell("scratch", spec.label, dict(full.options),
-                              {**base, "stages": "scratch", "steps": pre.budget(), "weights": _file_id(w)},
+                              {**base, "stages": "scratch", "steps": pre.budget(), "weights": file_id(w)},
                               Job("scratch", full, weights=w)))
         for stages in stage_sets:
             params = {**base, "stages": stages_label(stages), "identity": pre.identity_hash(),
@@ -552,7 +548,7 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
                 f"{', '.join(stages_label(s) for s in stage_sets)}; seed {seed}, device {device}"
                 + (f", {dist.world} processes" if dist.enabled else ""))
         cells = plan_cells(pre, vpre, specs, stage_sets, seed=seed, device=device.type,
-                           data_fingerprint=splits.fingerprint, teacher_id=_file_id(t.path), scratch=scratch_w)
+                           data_fingerprint=splits.fingerprint, teacher_id=file_id(t.path), scratch=scratch_w)
         config = {"preset": pre.name, "preset_file": pre.path, "setting": pre.key, "vision_preset": vpre.name,
                   "teacher": str(t.path), "teacher_origin": t.origin, "attentions": [s.label for s in specs],
                   "stages": [stages_label(s) for s in stage_sets], "seed": seed, "nproc": dist.world,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, label_of, latest
+from attnbench.tables import board_title, boards, commits_of, label_of
 from attnbench.store import Measurement
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",
@@ -31,11 +31,8 @@ def rule(c: dict) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str):
-    groups: dict[tuple, list[Measurement]] = {}
-    for r in latest(records, preferred=("ok", "skipped")):
-        groups.setdefault((r.setting, r.device), []).append(r)
     out = []
-    for (setting, device), recs in sorted(groups.items()):
+    for (setting, device), recs in boards(records, preferred=("ok", "skipped")):
         rank = {n: i for i, n in enumerate(ORDER)}
         # checks in table order; within one, mechanisms and inputs in the order the run planned them
         recs.sort(key=lambda r: (rank.get(r.task, len(ORDER)), r.task, r.metrics.get("order", 0), label_of(r),

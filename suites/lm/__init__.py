@@ -3,8 +3,8 @@ feature maps, trained on the same tokens by the shared engine (``attnbench run l
 (``attnbench eval lm``), tabled beside the paper's reported rows (``attnbench table lm``).
 
 Modules: ``config`` (presets, variants), ``data`` (corpora, tokenizers, packing), ``train`` (the runner),
-``artifact`` (trained models on disk), ``evaluate`` / ``local_tasks`` / ``eval_cli`` (lm-eval), ``leaderboard``
-and ``reported``. Importing this package registers the suite cheaply (no torch).
+``artifact`` (trained models on disk), ``evaluate`` / ``local_tasks`` / ``eval_cli`` (lm-eval), ``smoke``,
+``leaderboard`` and ``reported/*.toml``. Importing this package registers the suite cheaply (no torch).
 """
 
 from attnbench.registry import Suite, register_suite

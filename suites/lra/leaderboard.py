@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, latest, timing_mark
+from attnbench.tables import board_title, boards, commits_of, timing_mark
 from attnbench.store import Measurement
 
 
@@ -103,11 +103,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
     from attnbench.tables import aggregate, seed_note, seed_rows
 
-    groups: dict[tuple, list[Measurement]] = {}
-    for r in latest(records, preferred=("ok",)):
-        groups.setdefault((r.setting, r.device), []).append(r)
     out = []
-    for (setting, device), recs in sorted(groups.items()):
+    for (setting, device), recs in boards(records):
         tasks = [t for t in TASK_ORDER if any(r.task == t for r in recs)]
         labels = sorted({_label(r) for r in recs})
         # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.tables.seed_rows)

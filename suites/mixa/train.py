@@ -15,7 +15,6 @@ selected layers (metrics), and the teacher's test top-1.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import AttnbenchError
+from attnbench.provenance import file_id
 from attnbench.spec import Spec
 from attnbench.runctx import RunContext, RunOptions, run_options
 from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
@@ -244,7 +244,7 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
         dist = run.dist
         say = run.say
         tmodel = t.model.to(device).eval()
-        teacher_id = f"{t.path.name}@{hashlib.sha256(t.path.read_bytes()).hexdigest()[:12]}"
+        teacher_id = file_id(t.path)
         say(f"[bold]{escape(pre.key)}[/] ({escape(pre.description)}): teacher {escape(str(t.path))} ({t.origin}), "
             f"k = {k} of {size.depth} layers, seed {seed}, device {device}"
             + (f", {dist.world} processes" if dist.enabled else "") + f"\n  data: {escape(splits.origin)}")

@@ -1,6 +1,7 @@
 """Vision: ImageNet-subset / CIFAR / digits accuracy of every attention in the same ViT (``attnbench run
-vision``), the data readers (``data``), presets (``config``, ``presets/*.toml``), runner (``train``), and the
-leaderboard with the papers' reported ImageNet numbers (``leaderboard``, ``reported``).
+vision``): presets (``config``, ``presets/*.toml``), the runner (``train``), its smoke (``smoke``), and the
+leaderboard with the papers' reported ImageNet numbers (``leaderboard``, ``reported/*.toml``). The image data,
+the ViT classifier and the teacher are the core's (:mod:`attnbench.image`), shared with adala, mixa and claims.
 
 Importing this package registers the suite (cheaply: no torch); the modules above are imported on use.
 """

@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from attnbench.errors import AttnbenchError
+from attnbench.provenance import file_id
 from attnbench.image.classify import build_classifier, fit_classifier, load_splits, tokens_of
 from attnbench.models import BlockOptions
 from attnbench.spec import AttentionSpec, as_specs
@@ -123,12 +124,10 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
             + f"\n  data: {escape(splits.origin)}")
         ckpt_id = None
         if pretrained:
-            import hashlib
-
             path = Path(pretrained)
             if not path.is_file():
                 raise AttnbenchError(f"--pretrained {path}: no such file")
-            ckpt_id = f"{path.name}@{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
+            ckpt_id = file_id(path)
             from attnbench.models.vit import load_pretrained
 
             load_pretrained(build_classifier(specs[0], pre, splits.num_classes), path)  # does it fit? before any cell
