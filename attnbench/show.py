@@ -107,19 +107,20 @@ def command(r: Measurement, *, argv: Optional[list[str]] = None, db: Optional[st
         base = []
         if "--preset" in options and r.params.get("preset"):
             base += ["--preset", str(r.params["preset"])]
-    # the plug-ins as the record names them (absolute paths or modules), not as the run's working directory did
-    base = strip_options(base, {"--plugin": True})
+    # the plug-ins as the record names them (absolute paths or modules), not as the run's working directory did;
+    # the store shown, not the one the run wrote (a launcher's job wrote a shard store, since merged)
+    base = strip_options(base, {"--plugin": True, "--db": True})
     plugin_args = [a for src in sorted(k.removeprefix("plugin:") for k in (r.packages or {}) if k.startswith("plugin:"))
                    for a in ("--plugin", src)]
     args = ["attnbench", "run", r.suite, *plugin_args, *base]
+    if db and "--db" in options:
+        args += ["--db", db]
     if "--attn" in options:
         args += ["--attn", r.attention]
     if "--tasks" in options:
         args += ["--tasks", r.task]
     if r.seed is not None and "--seed" in options:
         args += ["--seed", str(r.seed)]
-    if db and "--db" not in args and "--db" in options:
-        args += ["--db", db]
     return args, recorded
 
 
