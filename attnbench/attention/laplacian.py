@@ -40,12 +40,15 @@ class LaplacianAttention(Attention):
     (Eqs. 4-6): ``z_ij = (g_ij - mean_j' g_ij') / sqrt(var_j + eps) + 1/N``, ``o_i = sum_j z_ij v_j``. The DWC(V)
     term of Eq. 7 belongs to the block.
 
-    What the paper leaves open, and what the defaults take (the README's LaplacianFormer section has the
-    measurements behind each choice):
+    What the paper leaves open, and what the defaults take. Measured on the vision tiny preset and tiny ListOps
+    (results/vision/README.md, "LaplacianFormer: readings measured"): the q/k scale (``none`` vs ``sqrt_d``,
+    and ``lam``), ``ns_iters``, ``ns_grad``, ``landmark_set`` and ``ns_scaling="paper"``. Untested options or
+    choices, taken from the paper or the released code without a measurement: ``qk_scale="fourth_root_d"``,
+    ``ns_scaling="soft"``, ``landmark_pool="pool2d"``, the ridge and the whitening axis.
 
     - The scale of q and k inside the L1 distance. The paper states no scaling; the L1 distance of two vectors
-      grows with the head size d, so at lam = 4 and trained-scale q, k most kernel values are near zero, the
-      Nyström form of such a near-diagonal kernel is poor, and training diverges. Default
+      grows with the head size d, so at lam = 4 and trained-scale q, k most kernel values are near zero and
+      the Nyström form of such a near-diagonal kernel is poor (a larger ``lam`` is the same knob). Default
       ``qk_scale="sqrt_d"``: q and k multiplied by d^-1/2 (the 1/sqrt(d) of Eq. 1; the same as lam * sqrt(d)
       with unscaled inputs). ``"fourth_root_d"`` (SOFT's d^-1/4 for its Gaussian kernel) and ``"none"`` (the
       literal text) are options.
@@ -114,8 +117,9 @@ class LaplacianAttention(Attention):
         self.ns_scaling, self.ns_ridge, self.whiten_eps = ns_scaling, float(ns_ridge), float(whiten_eps)
 
     def landmark_kernel(self, q, k, distance=None):
-        """``(q, k, Q~, K~, W)``: q and k after ``qk_scale``, their landmarks ``[B, H, m, d]`` and
-        ``W = k(Q~, K~)`` ``[B, H, m, m]`` (Eq. 9), the matrix Newton–Schulz inverts."""
+        """``(q, k, Q~, K~, W)``: q and k after ``qk_scale``, their landmarks ``[B, H, m, d]`` and the matrix
+        Newton–Schulz inverts, ``[B, H, m, m]`` (Eq. 9): ``W = k(K~, K~)`` with ``landmark_set="keys"`` (then
+        Q~ is K~), ``W = k(Q~, K~)`` with ``"untied"``."""
         s = QK_SCALES[self.qk_scale](q.shape[-1])
         if s != 1.0:
             q, k = q * s, k * s

@@ -80,7 +80,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                    _mean_of(over_seeds.get(label, []), "test_bits_per_byte", 3),
                    f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
                    f"{m['train_tokens_per_s']:.0f}{timing_mark(r)}" if m.get("train_tokens_per_s") else "-",
-                   f"{m['wall_s']:.0f} s" if m.get("wall_s") else "-"]
+                   f"{m['wall_s']:.0f} s{timing_mark(r)}" if m.get("wall_s") else "-"]
             s = scores.get(label, {})
             row += [_fmt(_score(s, task, metric), metric) for _, task, metric in cols]
             if "Avg." in header:

@@ -65,7 +65,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                          "-" if delta is None or layers is None else f"{delta:+.2f}{dmark}",
                          f"{m['flops_per_image'] / 1e6:.3g} M", "-" if tr is None else f"{tr:.0f}{timing_mark(r)}",
                          f"{m['infer_images_per_s']:.0f}{timing_mark(r)}", _mib(m.get("infer_peak_mem_bytes")),
-                         _mib(m.get("peak_mem_bytes")), f"{m['wall_s']:.0f} s"])
+                         _mib(m.get("peak_mem_bytes")), f"{m['wall_s']:.0f} s{timing_mark(r)}"])
         ok = [r for r in recs if r.status == "ok" and r.metrics.get("scores")]
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params

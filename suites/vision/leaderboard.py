@@ -50,7 +50,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                          f"{m['n_params'] / 1e6:.2f} M", f"{m['flops_per_image'] / 1e9:.3g} G",
                          f"{m['train_images_per_s']:.0f}{timing_mark(r)}", f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "< res.",
-                         f"{m['wall_s']:.0f} s"])
+                         f"{m['wall_s']:.0f} s{timing_mark(r)}"])
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params
         commits = commits_of(recs)
