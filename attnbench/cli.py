@@ -156,27 +156,42 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
 
 
 def _check_aot(arch: str, quick: bool, interpret: bool) -> None:
-    """``check --aot``: attnbench.kernels.aot for each arch; exit 1 on any failing configuration."""
+    """``check --aot``: attnbench.kernels.aot for each arch, after a line naming the machine and one naming the
+    compilers and the date; exit 1 on any failing configuration, 2 on bad options."""
+    import datetime
     import os
     import sys
+    import time
+
+    from rich.markup import escape
 
     if interpret:
         fail("--aot compiles for a real GPU; it cannot run under --interpret (drop one of them)")
-    try:
-        archs = [int(a) for a in arch.split(",") if a.strip()]
-    except ValueError:
-        fail(f"--arch takes compute capabilities such as 80 or 80,90; got {arch!r}")
-    if not archs:
-        fail("--arch is empty; give compute capabilities such as 80 or 80,90")
     os.environ.pop("TRITON_INTERPRET", None)  # the real compiler (triton is not imported yet)
     from .kernels import HAS_TRITON
-
-    if not HAS_TRITON:
-        fail("--aot needs triton (pip install 'attnbench[gpu]')")
     from .kernels import aot as kaot
 
-    failed = sum(kaot.print_table(kaot.check(a, quick=quick, progress=kaot.log_progress), a, file=sys.stdout)
-                 for a in archs)
+    try:
+        archs = kaot.parse_archs(arch)
+    except ValueError as e:
+        fail(str(e))
+    if not HAS_TRITON:
+        fail("--aot needs triton (pip install 'attnbench[gpu]')")
+    from . import provenance
+
+    console.print(escape(provenance.machine_line(provenance.machine())))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    console.print(escape(f"compilers: {kaot.toolchain()} · {now} · check --aot --arch "
+                         f"{','.join(map(str, archs))}{' --quick' if quick else ''}"))
+    failed = 0
+    for a in archs:
+        t0 = time.perf_counter()
+        try:
+            results = kaot.check(a, quick=quick, progress=kaot.log_progress)
+        except RuntimeError as e:  # e.g. the kernels were imported under the interpreter in this process
+            fail(str(e))
+        failed += kaot.print_table(results, a, file=sys.stdout)
+        console.print(f"sm_{a}: {len(results)} compiles in {time.perf_counter() - t0:.0f} s")
     if failed:
         raise typer.Exit(code=1)
 
@@ -227,13 +242,22 @@ def export_cmd(fmt: str = typer.Option(..., "--format", help="csv, jsonl or mark
                run: Optional[str] = typer.Option(None, "--run", help="a run id (prefix) or 'latest'"),
                out: Optional[str] = typer.Option(None, "--out", help="file (default: stdout)"),
                label: str = typer.Option("exported results", "--label", help="markdown: what these results are"),
-               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)) -> None:
+               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+               committed: bool = clikit.flag(False, "--committed", help="the suite's committed reference results "
+                                             "(results/<suite>/*.jsonl) instead of the store, titled as such "
+                                             "(how results/<suite>/*.md are made)")) -> None:
     """Export measurements from the store (csv and jsonl: every record; markdown: the leaderboard)."""
     from . import tables
 
     try:
-        records = tables.select(db=db, suite=suite, setting=setting, run=run)
-        text = tables.export(records, fmt, out, suite=suite, label=label)
+        if committed:
+            if not suite:
+                raise AttnbenchError("--committed needs --suite (whose results/<suite>/*.jsonl to export)")
+            records = tables.committed_records(suite, setting)
+            label = "committed reference results" if label == "exported results" else label
+        else:
+            records = tables.select(db=db, suite=suite, setting=setting, run=run)
+        text = tables.export(records, fmt, out, suite=suite, label=label, committed=committed)
     except (AttnbenchError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     if out:

@@ -739,9 +739,10 @@ def environment_markdown(records: list[Measurement]) -> str:
 
 
 def export(records: list[Measurement], fmt: str, out: str | Path | None = None, *, suite: str | None = None,
-           label: str = "exported results") -> str:
+           label: str = "exported results", committed: bool = False) -> str:
     """Render ``records`` as csv (flat rows), jsonl (full records) or markdown (the suite's leaderboard and the
-    environment). Writes ``out`` if given (atomically), returns the text."""
+    environment; ``committed``: titled as the committed reference results, else as the user's runs). Writes
+    ``out`` if given (atomically), returns the text."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if fmt == "jsonl":
@@ -767,8 +768,10 @@ def export(records: list[Measurement], fmt: str, out: str | Path | None = None, 
         for r in records:
             by_suite.setdefault(r.suite, []).append(r)
         for s, recs in sorted(by_suite.items()):
-            src = Source(label, recs)
-            parts.append(f"### {s}: {label}\n\n{environment_markdown(recs)}\n{view_of(s).markdown(src)}")
+            src, view = Source(label, recs, committed=committed), view_of(s)
+            # as `table` shows them: titles with their machines, the notes of the marks the rows carry
+            board = markdown_tables(source_tables(view, src)) if view.data is not None else view.markdown(src)
+            parts.append(f"### {s}: {label}\n\n{environment_markdown(recs)}\n{board}")
         text = "\n".join(parts)
     if out:
         p = Path(out)

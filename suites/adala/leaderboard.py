@@ -57,7 +57,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                          f"{m['n_params'] / 1e6:.3f} M · {m['flops_per_image'] / 1e6:.3g} MFLOPs",
                          f"{m['infer_images_per_s']:.0f}{timing_mark(r)}",
                          f"{mem / 2**20:.1f} MiB" if isinstance(mem, (int, float)) else "-",
-                         f"{m['wall_s']:.0f} s" if m.get("wall_s") is not None else "-"])
+                         f"{m['wall_s']:.0f} s{timing_mark(r)}" if m.get("wall_s") is not None else "-"])
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params

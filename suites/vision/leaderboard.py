@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, boards, commits_of, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 
@@ -16,11 +16,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     from attnbench.stats import above_rate_p, two_proportion_p
     from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
-    groups: dict[tuple, list[Measurement]] = {}
-    for r in latest(records, preferred=("ok",)):
-        groups.setdefault((r.setting, r.device), []).append(r)
     out = []
-    for (setting, device), recs in sorted(groups.items()):
+    for (setting, device), recs in boards(records):
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
         # a row is a spec over its seeds (attnbench.tables.seed_rows); columns other than top-1: its latest seed
         rows_of = {k[4]: rs for k, rs in seed_rows(recs, key=lambda r: r.attention).items()}
