@@ -19,14 +19,16 @@ A configuration fails if it does not compile, needs more shared memory than the 
 registers than the register file holds for its threads. For an autotuned kernel (FLA's) a config that does not
 fit is skipped by the autotuner on the GPU too: the launch fails only if none of its configs fits. Its configs
 are compiled in the autotuner's order until one fits without spilling (``all_configs=True``: all of them); the
-table shows that one, or the one that spills least. Spilling is
-reported, not failed. What this proves: the kernels compile for that GPU and fit; it says nothing about numbers
-(the interpreter tests prove those) or speed.
+table shows that one, or, when every config spills, the one that spills least (the autotuner may pick another on
+the GPU: it times them). Spilling is reported, not failed. What this proves: the kernels compile for that GPU, fit
+its shared memory and register file, and how much they spill; it says nothing about numbers (the interpreter
+tests prove those in float32 and float16) or speed.
 
 The full check compiles every tile the wrappers can choose (all feature / value / chunk sizes, three dtypes, the
 constexpr flags attnbench launches and all of them on; every flag combination at the presets' shapes) and FLA
 at every LM preset: about two thousand compiles per arch, which takes hours on two busy cores; ``quick`` takes
-the presets' main shape (about sixty compiles).
+two preset shapes per kernel and dtype and FLA's DeltaNet and Gated DeltaNet at the 340M presets (about a hundred
+compiles per arch, minutes).
 
     results = check(arch=90, quick=False, fla=True)      # list[Result]
     print_table(results, arch=90)                        # rich table; returns the number of failures
@@ -48,8 +50,8 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-__all__ = ["Result", "check", "classify", "log_progress", "parse_ptxas", "print_table", "smem_limit", "summary",
-           "ARCH_NAMES"]
+__all__ = ["Result", "check", "classify", "log_progress", "parse_archs", "parse_ptxas", "print_table", "smem_limit",
+           "summary", "toolchain", "ARCH_NAMES"]
 
 # Largest dynamic shared memory one block may use (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes: CUDA
 # programming guide, "Compute capabilities" table. The same values as FLA's ``Backend`` (A100, H100, Ada).
@@ -67,9 +69,10 @@ _CHUNKS = (16, 32, 64, 128, 256)
 _NALA_DIMS = tuple(1 << i for i in range(11))   # NaLa's map: D = 1 .. 1024 (its tile holds a whole row)
 _NS_SIZES = (16, 32, 64, 128)                   # Newton-Schulz: m <= 128, padded to a power of two
 # The head sizes of the shipped presets (suites/*/presets: d = 16 .. 256), each with a feature map of d or 2d
-# (NaLa doubles): the shapes every constexpr combination is compiled at, and the quick check's shapes.
+# (NaLa doubles): the shapes every constexpr combination is compiled at. The quick check: the commonest (M, D) and
+# the widest (NaLa at d = 128: M = 256, where float32 and float16 split M over programs, see linear_attn._tiles).
 _PRESET_LINEAR = ((32, 16), (64, 32), (64, 64), (128, 64), (128, 128), (256, 128))
-_QUICK_LINEAR = ((128, 64),)
+_QUICK_LINEAR = ((128, 64), (256, 128))
 # FLA's chunk kernels at the LM presets (suites/lm/presets/*.toml): (label, gated, K, V) per head, both with the
 # baseline key width and with NaLa's key_width="double" (K = 2 head_dim). The 340m Gated DeltaNet with NaLa at
 # key_width="double" (K = 512) is past FLA's limit of 256: the LM suite refuses it on CUDA before any work
@@ -78,7 +81,7 @@ _FLA_SHAPES = (("340m deltanet", False, 128, 128), ("340m deltanet nala", False,
                ("340m gdn", True, 256, 512), ("340m gdn nala, key_width=match", True, 256, 512),
                ("tiny deltanet", False, 64, 64), ("tiny deltanet nala", False, 128, 64),
                ("tiny gdn", True, 96, 192), ("tiny gdn nala", True, 192, 192))
-_QUICK_FLA = (("340m deltanet nala", False, 256, 128),)
+_QUICK_FLA = (("340m deltanet nala", False, 256, 128), ("340m gdn", True, 256, 512))   # both LM ops at K = 256
 _FLA_T = 2048   # tokens per sequence (the 340M preset's context); FLA's heuristics look at T
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -87,6 +90,43 @@ def smem_limit(arch: int) -> int:
     """Bytes of shared memory one block may use on ``sm_<arch>`` (the closest known older arch otherwise)."""
     known = [a for a in sorted(_SMEM_OPTIN) if a <= arch]
     return _SMEM_OPTIN[known[-1]] if known else 48 * 1024
+
+
+def parse_archs(text: str) -> list[int]:
+    """``"80,90"`` (or ``"sm_80, sm_90"``) -> ``[80, 90]``. Raises ``ValueError`` with a one-line message for an
+    empty list, a word that is not a compute capability, or one this check has no shared-memory limit for (ptxas
+    would reject e.g. ``sm_95`` in every configuration)."""
+    archs = []
+    for word in (w.strip() for w in str(text).split(",")):
+        if not word:
+            continue
+        digits = word[3:] if word.lower().startswith("sm_") else word
+        if not digits.isdigit():
+            raise ValueError(f"--arch takes compute capabilities such as 80 or 80,90; got {word!r} in {text!r}")
+        if int(digits) not in _SMEM_OPTIN:
+            raise ValueError(f"--arch {word}: not a GPU architecture this check knows; known: "
+                             + ", ".join(str(a) for a in sorted(_SMEM_OPTIN)) + " (80 = A100, 90 = H100)")
+        if int(digits) not in archs:
+            archs.append(int(digits))
+    if not archs:
+        raise ValueError(f"--arch is empty ({text!r}); give compute capabilities such as 80 or 80,90")
+    return archs
+
+
+def toolchain() -> str:
+    """The compilers the verdicts depend on, e.g. ``"triton 3.8.0, ptxas CUDA 12.9 (V12.9.86)"``."""
+    import triton
+
+    line = f"triton {triton.__version__}"
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        text = get_ptxas_version()
+        release = re.search(r"release ([\d.]+), (V[\d.]+)", text)
+        line += f", ptxas CUDA {release.group(1)} ({release.group(2)})" if release else ", ptxas (version unknown)"
+    except Exception:  # noqa: BLE001 - a label only
+        line += ", ptxas (version unknown)"
+    return line
 
 
 # ----------------------------------------------------------------------------------------------- ptxas report
@@ -436,7 +476,8 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     """Compile every configuration for ``sm_<arch>`` and return one :class:`Result` per distinct compile (plus a
     FAIL row per FLA shape FLA's own Python refuses).
 
-    ``quick``: the presets' main shape per kernel and dtype, FLA at one LM shape in bfloat16. Autotuned launches
+    ``quick``: two preset shapes per kernel and dtype (``_QUICK_LINEAR``), FLA's DeltaNet and Gated DeltaNet at
+    the 340M presets' K = 256 in bfloat16, training (forward and backward, no state). Autotuned launches
     (FLA's) compile their configs in the autotuner's order until one fits without spilling, which proves the
     autotuner has such a config on that GPU; ``all_configs`` compiles every config (about a thousand per arch).
     ``only``: keep configurations whose "group kernel dtype where" has all these words; ``select``: keep those it
@@ -444,6 +485,13 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("the compile check needs the real Triton compiler: unset TRITON_INTERPRET before "
                            "triton is imported (run it in its own process)")
+    from triton.runtime.jit import JITFunction
+
+    from . import linear_attn
+
+    if not isinstance(linear_attn._fwd_kernel, JITFunction):
+        raise RuntimeError("the compile check needs the real Triton compiler, but this process imported the kernels "
+                           "under Triton's interpreter (TRITON_INTERPRET=1): run it in a process without it")
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
 
@@ -465,14 +513,14 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
                    repr(attrs), repr(sorted(options.__dict__.items())))
             if key in seen:
                 continue
-            seen.add(key)
             consts = " ".join(f"{fn.arg_names[k[0]] if isinstance(k, tuple) else k}={_show(v)}"
                               for k, v in constexprs.items() if v is not None and not callable(v))
             res = Result(ln.group, fn.__name__, ln.where, _pointer_dtype(signature), consts, options.num_warps,
                          options.num_stages, smem_limit=limit, tuned=tuned)
             text = f"{res.group} {res.kernel} {res.dtype} {res.where}"
             if only and not all(w in text for w in only.split()) or select and not select(res):
-                continue
+                continue   # (before ``seen``: a launch left out does not hide the same compile of a later one)
+            seen.add(key)
             if one_per_kernel:
                 if (res.group, res.kernel, res.dtype) in seen:
                     continue
@@ -511,6 +559,10 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     for r in results:
         if r.tuned and r.tuned in best and r is not best[r.tuned]:
             r.status = "skip"
+    for tid, b in best.items():
+        if b.status == "spill" and not b.error:
+            n = sum(r.tuned == tid for r in results)
+            b.error = f"each of the autotuner's {n} configs spills or does not fit: the one spilling least"
     return results
 
 

@@ -15,13 +15,15 @@ offset = 0. Continuing a sequence: pass the prefix's final state as ``initial_st
 prefix length as ``offset``; the two calls then equal one call on the whole sequence.
 
 Kernels (one program per (batch*head, block), sequential over chunks of ``chunk_size`` tokens):
-  forward   grid (D/BV, B*H): state S [M, BV] and z [M] in registers; intra-chunk masked scores phi_q phi_k^T.
+  forward   grid (D/BV, M/BM, B*H): state S [BM, BV] and z [BM] in registers; intra-chunk masked scores
+            phi_q phi_k^T. One feature tile (BM >= M) unless M is too wide for a program's registers; then each
+            program sums over its BM features and the caller adds the partial numerators and denominators.
   backward  with r_t = den_t + eps c_t, dnum_t = do_t / r_t, dden_t = -(do_t . o_t) / r_t (normalize=False:
             dnum = do, dden = 0):
     dq_t = dnum_t S_t^T + dden_t z_t                         (forward sweep, grid (M/BK, B*H))
     dk_i = v_i dS_i^T + dz_i,  dS_i = dS_N + sum_{t>=i} phi_q_t^T dnum_t,  dz_i = dz_N + sum_{t>=i} dden_t phi_q_t
                                                              (reverse sweep, grid (M/BK, B*H); also dS0, dz0)
-    dv_i = phi_k_i dS_i                                      (reverse sweep, grid (D/BV, B*H))
+    dv_i = phi_k_i dS_i                                      (reverse sweep, grid (D/BV, M/BM, B*H), as forward)
 
 Precision: states, r_t and the returned final state are float32; o and the input gradients come back in the
 inputs' dtypes. float32 inputs use exact dots; float16 tiles are upcast and dotted in tf32 (float32 range: the
@@ -38,7 +40,7 @@ from ._util import check_launchable, check_shape, dot_precision, jit, pow2, tl
 
 __all__ = ["chunk_linear_attn", "chunk_linear_attn_reference", "ChunkLinearAttnFunction"]
 
-MAX_FEATURE = 256  # the forward / dv kernels hold all of M in a tile, the dq / dk kernels all of D
+MAX_FEATURE = 256  # the forward / dv kernels hold all of M in a tile (or split it), the dq / dk kernels all of D
 
 
 # ----------------------------------------------------------------------------------------------- reference
@@ -96,18 +98,25 @@ def _split_state(initial_state):
 
 @jit
 def _fwd_kernel(q, k, v, o, r, s0, z0, sT, zT, N, M, D, offset, eps,
-                BT: tl.constexpr, BM: tl.constexpr, BV: tl.constexpr, NORMALIZE: tl.constexpr,
+                BT: tl.constexpr, BM: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr, NORMALIZE: tl.constexpr,
                 HAS_S0: tl.constexpr, HAS_Z0: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr):
-    """o_t = (phi_q_t S_{t-1 chunk} + masked scores @ v) / r_t,  r_t = den_t + eps c_t; grid (D/BV, B*H)."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    """o_t = (phi_q_t S_{t-1 chunk} + masked scores @ v) / r_t,  r_t = den_t + eps c_t; grid (D/BV, M/BM, B*H).
+    SPLIT (M > BM): each program sums over its BM features only and stores its partial numerator (float32) and
+    denominator in o[i_m], r[i_m] ([M/BM, B*H, N, D], [M/BM, B*H, N]); the caller adds them up and divides."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(2)
     bh = i_bh.to(tl.int64)
+    offs_m = tl.arange(0, BM)
+    slot = bh
+    if SPLIT:                                                                # features [i_m BM, (i_m + 1) BM)
+        i_m = tl.program_id(1)
+        offs_m += i_m * BM
+        slot += i_m.to(tl.int64) * tl.num_programs(2)                        # its partial sums' slot
     q += bh * N * M
     k += bh * N * M
     v += bh * N * D
-    o += bh * N * D
-    r += bh * N
+    o += slot * N * D
+    r += slot * N
     offs_t = tl.arange(0, BT)
-    offs_m = tl.arange(0, BM)
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_m = offs_m < M
     mask_v = offs_v < D
@@ -135,10 +144,13 @@ def _fwd_kernel(q, k, v, o, r, s0, z0, sT, zT, N, M, D, offset, eps,
         num = tl.dot(A.to(bv.dtype), bv, num, input_precision=PREC)         # + this chunk
         if NORMALIZE:
             den = tl.sum(A, axis=1) + tl.sum(bq.to(tl.float32) * z[None, :], axis=1)  # [BT]
-            rr = den + eps * (offset + rows + 1).to(tl.float32)              # [BT] r_t = den_t + eps c_t
-            rr = tl.where(rr == 0.0, 1.0, rr)                                # exactly 0: every score 0, num 0
-            num = num / rr[:, None]
-            tl.store(r + rows, rr, mask=mask_t & (i_v == 0))
+            if SPLIT:                                                        # this tile's share of den_t
+                tl.store(r + rows, den, mask=mask_t & (i_v == 0))
+            else:
+                rr = den + eps * (offset + rows + 1).to(tl.float32)          # [BT] r_t = den_t + eps c_t
+                rr = tl.where(rr == 0.0, 1.0, rr)                            # exactly 0: every score 0, num 0
+                num = num / rr[:, None]
+                tl.store(r + rows, rr, mask=mask_t & (i_v == 0))
         z += tl.sum(bkt.to(tl.float32), axis=1)                              # [M]
         tl.store(o + rows[:, None] * D + offs_v[None, :], num.to(o.dtype.element_ty),
                  mask=mask_t[:, None] & mask_v[None, :])
@@ -260,18 +272,25 @@ def _bwd_dk_kernel(q, v, do, r, dden, dsT, dzT, dk, ds0, dz0, N, M, D,
 
 @jit
 def _bwd_dv_kernel(q, k, do, r, dsT, dv, N, M, D,
-                   BT: tl.constexpr, BM: tl.constexpr, BV: tl.constexpr, NORMALIZE: tl.constexpr,
-                   HAS_DST: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr):
-    """dv_i = phi_k_i dS_i, reverse sweep (dS [M, BV] as in the dk kernel, blocked over D); grid (D/BV, B*H)."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+                   BT: tl.constexpr, BM: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
+                   NORMALIZE: tl.constexpr, HAS_DST: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr):
+    """dv_i = phi_k_i dS_i, reverse sweep (dS [M, BV] as in the dk kernel, blocked over D); grid (D/BV, M/BM, B*H).
+    SPLIT (M > BM): each program sums over its BM features and stores its share in dv[i_m] ([M/BM, B*H, N, D],
+    float32); the caller adds them up."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(2)
     bh = i_bh.to(tl.int64)
+    offs_m = tl.arange(0, BM)
+    slot = bh
+    if SPLIT:                                                                # features [i_m BM, (i_m + 1) BM)
+        i_m = tl.program_id(1)
+        offs_m += i_m * BM
+        slot += i_m.to(tl.int64) * tl.num_programs(2)                        # its share's slot
     q += bh * N * M
     k += bh * N * M
     do += bh * N * D
-    dv += bh * N * D
+    dv += slot * N * D
     r += bh * N
     offs_t = tl.arange(0, BT)
-    offs_m = tl.arange(0, BM)
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_m = offs_m < M
     mask_v = offs_v < D
@@ -307,14 +326,18 @@ def _bwd_dv_kernel(q, k, do, r, dsT, dv, N, M, D,
 
 
 # Live tile elements per program at 8 warps for bfloat16 tiles (half for tiles upcast to float32): no register
-# spill on sm_80 or sm_90 at the presets' shapes, M and D up to 128 (``attnbench check --aot``; M = 256 in
-# float32 / float16 still spills at the smallest tiles: all of M is one tile).
+# spill on sm_80 or sm_90 at the presets' shapes (``attnbench check --aot``). Where all of M does not fit even with
+# the smallest token and value tiles (M = 256 upcast to float32), the forward and dv kernels split M over programs
+# of _SPLIT_FEATURES features each, at the smallest BT and BV: 128 features would sit at the 255-register limit
+# (float32 with a normaliser and an initial state spills 16 B on sm_90), and so would 64 with BT = 32 (12 B);
+# 64 features at BT = BV = 16 leave room (at most about 160 registers).
 _TILE_BUDGET = 16384
+_SPLIT_FEATURES = 64
 
 
 def _shrink(footprint, sizes: dict, order: tuple, budget: int) -> dict:
-    """Halve the largest tile size (ties: the first in ``order``; never below 16) until
-    ``footprint(**sizes) <= budget``."""
+    """Halve the largest tile size named in ``order`` (ties: the first; never below 16) until
+    ``footprint(**sizes) <= budget``; the sizes not named stay."""
     sizes = dict(sizes)
     while footprint(**sizes) > budget:
         name = max((n for n in order if sizes[n] > 16), key=lambda n: sizes[n], default=None)
@@ -328,17 +351,25 @@ def _tiles(M: int, D: int, chunk_size: int, dtype: torch.dtype) -> tuple[dict, d
     """Tiles and launch options of (forward and dv kernels, dq and dk kernels).
 
     BT (tokens per tile) starts at ``chunk_size``, the M / D tiles at 64; the largest is halved until the live tiles fit
-    the register budget of a GPU program (checked by ``attnbench check --aot``). A smaller
-    tile changes rounding only. Tiles upcast to float32 (float32, float16 inputs) get half the budget; float32 (exact
-    dots, which a GPU runs as FMA loops) also runs unpipelined (num_stages=1)."""
+    the register budget of a GPU program (checked by ``attnbench check --aot``). The forward and dv kernels hold all
+    of M (BM) if that fits with the smallest BT and BV; else M is split over programs of ``_SPLIT_FEATURES``
+    features at those smallest tiles, whose partial sums the caller adds (``SPLIT``: M = 256 upcast to float32,
+    where one 256-wide tile spilled about 700 B of registers). A smaller tile or a split changes rounding only.
+    Tiles upcast to float32 (float32, float16 inputs) get half the budget; float32 (exact dots, which a GPU runs
+    as FMA loops) also runs unpipelined (num_stages=1)."""
     BM, BD = pow2(M), pow2(D)
     launch = dict(num_warps=8, num_stages=1 if dtype == torch.float32 else 2)
     budget = _TILE_BUDGET if dtype in _util.LOWP_DTYPES else _TILE_BUDGET // 2
-    fv = _shrink(lambda BT, BV: 2 * BT * BM + BM * BV + 2 * BT * BV + BT * BT,   # q, k, S, v, num, A
-                 dict(BT=chunk_size, BV=min(BD, 64)), ("BV", "BT"), budget)
+
+    def fv_live(BT, BV, BM):                                                 # q, k, S, v, num, A
+        return 2 * BT * BM + BM * BV + 2 * BT * BV + BT * BT
+
+    fv = _shrink(fv_live, dict(BT=chunk_size, BV=min(BD, 64), BM=BM), ("BV", "BT"), budget)
+    if fv_live(**fv) > budget:   # all of M does not fit one program even at BT = BV = 16: split M
+        fv["BM"] = min(BM, _SPLIT_FEATURES)
     qk = _shrink(lambda BT, BK: 2 * BT * BK + 2 * BT * BD + BK * BD + BT * BT,   # k, dq, v, do, S, A
                  dict(BT=chunk_size, BK=min(BM, 64)), ("BK", "BT"), budget)
-    return dict(fv, BM=BM, **launch), dict(qk, BD=BD, **launch)
+    return dict(fv, SPLIT=fv["BM"] < BM, **launch), dict(qk, BD=BD, **launch)
 
 
 class ChunkLinearAttnFunction(torch.autograd.Function):
@@ -353,17 +384,32 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         S0c = S0.contiguous() if S0 is not None else None
         z0c = z0.contiguous() if z0 is not None else None
         t, _ = _tiles(M, D, chunk_size, fq.dtype)
-        o = torch.empty_like(v)                                              # [B, H, N, D]
-        r = torch.empty(B, H, N, device=v.device, dtype=torch.float32)       # [B, H, N] den + eps c
+        nm = _cdiv(M, t["BM"])                                               # feature tiles (> 1: SPLIT)
+        if t["SPLIT"]:  # the programs' partial numerators and denominators, added up below
+            o = torch.empty(nm, B, H, N, D, device=v.device, dtype=torch.float32)  # [NM, B, H, N, D]
+            r = torch.empty(nm, B, H, N, device=v.device, dtype=torch.float32)     # [NM, B, H, N]
+        else:
+            o = torch.empty_like(v)                                          # [B, H, N, D]
+            r = torch.empty(B, H, N, device=v.device, dtype=torch.float32)   # [B, H, N] den + eps c
         S = torch.empty(B, H, M, D, device=v.device, dtype=torch.float32)    # [B, H, M, D]
         z = torch.empty(B, H, M, device=v.device, dtype=torch.float32)       # [B, H, M]
         prec = dot_precision(fq.dtype)
         lowp = fq.dtype in _util.LOWP_DTYPES
-        _fwd_kernel[(_cdiv(D, t["BV"]), B * H)](
+        _fwd_kernel[(_cdiv(D, t["BV"]), nm, B * H)](
             fq, fk, v, o, r, S0c if S0c is not None else S, z0c if z0c is not None else z, S, z,
             N, M, D, offset, float(eps),
-            BT=t["BT"], BM=t["BM"], BV=t["BV"], NORMALIZE=normalize, HAS_S0=S0c is not None,
+            BT=t["BT"], BM=t["BM"], BV=t["BV"], SPLIT=t["SPLIT"], NORMALIZE=normalize, HAS_S0=S0c is not None,
             HAS_Z0=z0c is not None, LOWP=lowp, PREC=prec, num_warps=t["num_warps"], num_stages=t["num_stages"])
+        if t["SPLIT"]:  # as the unsplit kernel's epilogue: r_t = den_t + eps c_t (1 where exactly 0), o = num / r
+            o = o.sum(0)                                                     # [B, H, N, D] numerator
+            if normalize:
+                c = torch.arange(offset + 1, offset + N + 1, device=v.device, dtype=torch.float32)   # [N]
+                r = r.sum(0) + eps * c                                       # [B, H, N]
+                r = torch.where(r == 0.0, 1.0, r)
+                o = o / r.unsqueeze(-1)
+            else:
+                r = r[0]                                                     # unused (as unsplit)
+            o = o.to(v.dtype)
         ctx.save_for_backward(fq, fk, v, o, r, S0c, z0c)
         ctx.meta = (normalize, chunk_size, S0 is not None, z0 is not None)
         return o, S, z
@@ -382,7 +428,9 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
             dden = -(do.float() * o.float()).sum(-1) / r                     # [B, H, N]
         else:
             dden = r                                                         # unused placeholder
-        dq, dk, dv = torch.empty_like(fq), torch.empty_like(fk), torch.empty_like(v)
+        nm = _cdiv(M, fv["BM"])
+        dq, dk = torch.empty_like(fq), torch.empty_like(fk)
+        dv = torch.empty(nm, B, H, N, D, device=v.device, dtype=torch.float32) if fv["SPLIT"] else torch.empty_like(v)
         dS0 = torch.empty(B, H, M, D, device=v.device, dtype=torch.float32)  # [B, H, M, D]
         dz0 = torch.empty(B, H, M, device=v.device, dtype=torch.float32)     # [B, H, M]
         dSc = dS.contiguous() if dS is not None else None
@@ -394,9 +442,11 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
             fq, v, do, r, dden, dSc if dSc is not None else dS0, dzc if dzc is not None else dz0, dk, dS0, dz0,
             N, M, D, BT=qk["BT"], BK=qk["BK"], BD=qk["BD"], HAS_DST=dSc is not None, HAS_DZT=dzc is not None,
             **common)
-        _bwd_dv_kernel[(_cdiv(D, fv["BV"]), B * H)](
+        _bwd_dv_kernel[(_cdiv(D, fv["BV"]), nm, B * H)](
             fq, fk, do, r, dSc if dSc is not None else dS0, dv, N, M, D,
-            BT=fv["BT"], BM=fv["BM"], BV=fv["BV"], HAS_DST=dSc is not None, **common)
+            BT=fv["BT"], BM=fv["BM"], BV=fv["BV"], SPLIT=fv["SPLIT"], HAS_DST=dSc is not None, **common)
+        if fv["SPLIT"]:
+            dv = dv.sum(0).to(v.dtype)                                       # [B, H, N, D] the tiles' shares
         gS0 = dS0.to(S0.dtype) if had_S0 else None
         gz0 = dz0.to(z0.dtype) if had_z0 else None
         return dq, dk, dv, gS0, gz0, None, None, None, None

@@ -1,10 +1,17 @@
 """The ahead-of-time compile check (``attnbench.kernels.aot``): kernels compiled for sm_80 (A100) and sm_90 (H100)
-on the CPU, no GPU. A compile error, a shared-memory or a register-file overflow fails.
+on the CPU, no GPU. A compile error, a shared-memory or a register-file overflow fails; so does a register spill
+of attnbench's own kernels at these shapes (FLA's spills are reported, not failed: they are FLA's).
 
 The compile runs in a subprocess: conftest turns on Triton's interpreter, under which ``triton.jit`` makes
-interpreted functions that cannot be compiled. The quick subset: every kernel of ``kernels/`` once per arch
-(sm_90 in bfloat16, sm_80 alternating float32 and float16) and one of FLA's chunk kernels at the 340M DeltaNet
-preset with NaLa's doubled key width (K = 256), on both archs.
+interpreted functions that cannot be compiled. What it compiles, on both archs: every kernel of ``kernels/`` in
+each dtype it accepts (float32, float16, bfloat16) at the quick check's shapes, attnbench's own call of the linear
+attention (unnormalised, no state; with float32 / float16 at M = 256 also the kernels that split M over programs),
+and FLA's output kernel ``chunk_fwd_kernel_o`` at the 340M DeltaNet preset with NaLa's doubled key width (K = 256)
+and at the 340M Gated DeltaNet preset (K = 256, V = 512), each in the autotuner's order until a config fits without
+spilling. About 37 compiles per arch (74 in all: 30-45 s on two shared cores).
+
+The CLI (``attnbench check --aot``) is tested in this process: its option errors, and its exit code on a planted
+failure (the check itself replaced; the real one cannot compile under the interpreter, which it says in one line).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,27 +30,31 @@ from attnbench.kernels import aot  # noqa: E402
 
 OWN_KERNELS = {"_fwd_kernel", "_bwd_dq_kernel", "_bwd_dk_kernel", "_bwd_dv_kernel", "_nala_fwd_kernel",
                "_nala_bwd_kernel", "_l1_fwd_kernel", "_l1_bwd_x_kernel", "_l1_bwd_y_kernel", "_ns_step_kernel"}
+SPLIT_KERNELS = {"_fwd_kernel", "_bwd_dv_kernel"}   # M = 256 upcast to float32: M split over programs
 FLA_KERNEL = "chunk_fwd_kernel_o"
-
-FP16_ON_80 = {"_bwd_dq_kernel", "_bwd_dv_kernel", "_nala_bwd_kernel", "_l1_bwd_x_kernel", "_ns_step_kernel"}
+FLA_SHAPES = ("340m deltanet nala K=256 V=128", "340m gdn K=256 V=512")
 
 _SCRIPT = """
-import dataclasses, json, sys, warnings
+import dataclasses, json, sys, time, warnings
 warnings.simplefilter("ignore")
 from attnbench.kernels import aot
-FLA_KERNEL, FP16_ON_80 = %r, %r
+FLA_KERNEL = %r
 out = {}
 for arch in (80, 90):
-    def pick(r, arch=arch):
+    kept = set()
+    def pick(r):
         if r.group == "fla":
             return r.kernel == FLA_KERNEL
         if r.group == "linear_attn" and "unnorm no state" not in r.where:
             return False           # attnbench's own call (unnormalised, no state)
-        if arch == 90:
-            return r.dtype == "bf16"
-        return r.dtype == ("fp16" if r.kernel in FP16_ON_80 else "fp32")
-    rs = aot.check(arch, quick=True, select=pick, one_per_kernel=True)
-    out[arch] = [dataclasses.asdict(r) for r in rs]
+        key = (r.kernel, r.dtype, "SPLIT=True" in r.constexprs)   # each kernel variant once per dtype
+        if key in kept:
+            return False
+        kept.add(key)
+        return True
+    t0 = time.perf_counter()
+    rs = aot.check(arch, quick=True, select=pick)
+    out[arch] = dict(seconds=time.perf_counter() - t0, results=[dataclasses.asdict(r) for r in rs])
 json.dump(out, sys.stdout)
 """
 
@@ -50,32 +62,111 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _SCRIPT % (FLA_KERNEL, FP16_ON_80)], capture_output=True, text=True,
-                         env=env, timeout=900)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", _SCRIPT % FLA_KERNEL], capture_output=True, text=True, env=env,
+                         timeout=1200)
     assert res.returncode == 0, res.stderr[-4000:]
-    return {int(a): [aot.Result(**r) for r in rs] for a, rs in json.loads(res.stdout).items()}
+    out = {int(a): [aot.Result(**r) for r in d["results"]] for a, d in json.loads(res.stdout).items()}
+    print(f"\ncompile check: {sum(map(len, out.values()))} compiles, sm_80 + sm_90, "
+          f"{time.perf_counter() - t0:.0f} s with the subprocess")
+    return out
 
 
 @pytest.mark.parametrize("arch", [80, 90])
-def test_every_kernel_compiles_and_fits(compiled, arch):
+def test_every_kernel_compiles_and_fits_in_every_dtype(compiled, arch):
     rs = compiled[arch]
     bad = [f"{r.kernel} {r.dtype} {r.where}: {r.error}" for r in rs if r.status == "FAIL"]
     assert not bad, f"sm_{arch}: " + "; ".join(bad)
-    assert {r.kernel for r in rs if r.group != "fla"} == OWN_KERNELS
-    assert FLA_KERNEL in {r.kernel for r in rs if r.status in ("ok", "spill")}, "no config of FLA's kernel fits"
+    own = [r for r in rs if r.group != "fla"]
+    for dtype in ("fp32", "fp16", "bf16"):
+        assert {r.kernel for r in own if r.dtype == dtype} == OWN_KERNELS, dtype
+    for dtype in ("fp32", "fp16"):   # the split kernels are compiled too
+        assert {r.kernel for r in own if r.dtype == dtype and "SPLIT=True" in r.constexprs} == SPLIT_KERNELS
     for r in rs:
         if r.status in ("ok", "spill"):
             assert 0 < r.regs <= 255 and 0 <= r.shared <= aot.smem_limit(arch), r
-    if arch == 90:
-        assert {r.dtype for r in rs if r.group != "fla"} == {"bf16"}
-    else:
-        assert {r.dtype for r in rs if r.group != "fla"} == {"fp32", "fp16"}
+    spills = [f"{r.kernel} {r.dtype} {r.where} {r.constexprs}: {r.spill} B" for r in own if r.spill]
+    assert not spills, f"sm_{arch}: attnbench's kernels spill: " + "; ".join(spills)
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("shape", FLA_SHAPES)
+def test_fla_output_kernel_fits_deltanet_and_gated_deltanet(compiled, arch, shape):
+    fits = [r for r in compiled[arch] if r.kernel == FLA_KERNEL and shape in r.where and r.status in ("ok", "spill")]
+    assert fits, f"sm_{arch}: no config of FLA's {FLA_KERNEL} fits at {shape}"
+    assert ("USE_G=True" in fits[0].constexprs) == ("gdn" in shape)   # the gated launch really is gated
 
 
 def test_fla_kernel_near_the_h100_limit(compiled):
     """FLA's output kernel at K = 256 asks for most of an H100's shared memory: the limit is really checked."""
     r = next(r for r in compiled[90] if r.kernel == FLA_KERNEL and r.status in ("ok", "spill"))
     assert r.shared > aot.smem_limit(80) // 2
+
+
+# ----------------------------------------------------------------------------------------------- the CLI
+
+
+def _invoke(args: list[str]):
+    """``attnbench ...`` in this process. The CLI drops TRITON_INTERPRET from the environment (its compile needs the
+    real compiler): CliRunner's ``env`` restores the test session's value afterwards."""
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    before = os.environ.get("TRITON_INTERPRET")
+    res = CliRunner().invoke(app, args, env={"TRITON_INTERPRET": before, "COLUMNS": "250"})
+    assert os.environ.get("TRITON_INTERPRET") == before   # the other tests still run interpreted
+    return res
+
+
+@pytest.mark.parametrize("arch,needle", [("95", "--arch 95: not a GPU architecture this check knows"),
+                                         ("eighty", "compute capabilities such as 80"),
+                                         (" , ", "--arch is empty")])
+def test_cli_bad_arch_is_one_line_exit_2(arch, needle):
+    res = _invoke(["check", "--aot", "--arch", arch])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [res.output.strip()], res.output
+    assert res.output.startswith("error:") and needle in res.output, res.output
+
+
+def test_cli_aot_refuses_interpret():
+    res = _invoke(["check", "--aot", "--interpret", "--arch", "90"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == "error: --aot compiles for a real GPU; it cannot run under --interpret (drop one " \
+                                 "of them)"
+
+
+def test_cli_aot_says_when_the_kernels_are_interpreted():
+    """Here triton was imported under the interpreter: the real check says so in one line instead of compiling."""
+    res = _invoke(["check", "--aot", "--arch", "80", "--quick"])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0].startswith("machine: ") and lines[1].startswith("compilers: triton "), res.output
+    assert lines[-1].startswith("error: ") and "interpreter" in lines[-1] and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_cli_aot_exit_code_follows_the_table(monkeypatch, planted):
+    """A planted compile failure on one arch: its row in the table, the summary counts it, exit 1; else exit 0."""
+    def fake_check(arch, quick=False, progress=None, **_):
+        base = dict(group="linear_attn", kernel="_fwd_kernel", dtype="fp32", constexprs="BT=16", num_warps=8,
+                    num_stages=1, smem_limit=aot.smem_limit(arch))
+        rs = [aot.classify(aot.Result(where="fits", shared=1024, regs=100, **base))]
+        if planted and arch == 90:
+            rs.append(aot.Result(where="planted", status="FAIL", error="PTXASError: planted compile error", **base))
+        for i, r in enumerate(rs):
+            progress(i + 1, len(rs), r)
+        return rs
+
+    monkeypatch.setattr(aot, "check", fake_check)
+    res = _invoke(["check", "--aot", "--arch", "80,90", "--quick"])
+    assert res.exit_code == (1 if planted else 0), res.output
+    assert "sm_80: 1 configs: 1 ok" in res.output and "Ahead-of-time compile for sm_90 (H100)" in res.output
+    assert ("PTXASError: planted compile error" in res.output) == planted
+    assert ("2 configs: 1 ok, 0 spill (max 0 B), 0 autotune configs skipped, 1 failed" in res.output) == planted
+
+
+# ----------------------------------------------------------------------------------------------- parsing, verdicts
 
 
 _LOG_80 = """ptxas info    : 52 bytes gmem, 24 bytes cmem[4]
