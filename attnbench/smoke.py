@@ -92,7 +92,9 @@ class SmokeDirs:
 class smoke_dirs:
     """``with smoke_dirs(out, db, "lra") as d:`` a temporary directory (removed on exit) holding the smoke's data,
     work directory and store; ``out`` / ``db`` given by the user replace the work directory / the store, so
-    nothing is written into the repository unless asked."""
+    nothing is written into the repository unless asked. Every suite's smoke starts here, so entering it first
+    prints the machine line every run prints (:func:`attnbench.clikit.machine_line`: CPU, ISA, threads, measured
+    fp32 matmul GFLOP/s, which the smoke's records then carry)."""
 
     def __init__(self, out: Optional[str] = None, db: Optional[str] = None, suite: str = "smoke"):
         self.out, self.db, self.suite = out, db, suite
@@ -101,6 +103,9 @@ class smoke_dirs:
         import tempfile
         from pathlib import Path
 
+        from .clikit import machine_line
+
+        machine_line()
         self._tmp = Path(tempfile.mkdtemp(prefix=f"attnbench-{self.suite}-smoke-"))
         work = Path(self.out) if self.out else self._tmp / "work"
         return SmokeDirs(root=self._tmp, data=self._tmp / "data", work=work,

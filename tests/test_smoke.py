@@ -1,14 +1,18 @@
-"""``run <suite> --smoke`` for lra, lm, scaling and claims through the CLI: each exits 0 and prints the full run's
-cost; a broken pipeline (a planted failure) exits non-zero with one line and no traceback. Also the shared cost
-line and the stop-and-resume helper of :mod:`attnbench.smoke`.
+"""``run <suite> --smoke`` for lra, lm, scaling and claims through the CLI: each exits 0, prints the machine line
+first and the full run's cost; a broken pipeline (a planted failure) exits non-zero with one line and no traceback.
+Also the shared cost line and the stop-and-resume helper of :mod:`attnbench.smoke`.
 
-Covered here (the budget of the test suite): lra ``tiny`` (all five tasks) and ``skyformer`` (ListOps, its
-release-format file path), lm ``tiny`` (one variant), scaling ``tiny``, claims (every check on its smallest
-inputs). The other presets' smokes are the README's commands (lm ``340m``: minutes and 6 GB of checkpoint on a CPU).
+Covered here: lra ``tiny`` and ``skyformer`` (all five tasks, skyformer's at their published lengths from files
+in the release formats), lm ``tiny`` (one variant), scaling ``tiny``, ``cpu-default`` (the default preset) and
+``cpu-full``, claims (every check on its smallest inputs). The vision presets' smokes are in
+``test_vision_smoke.py``, adala's and mixa's in their own test files. lm ``340m`` is the README's by-hand command
+(four models of 374M-512M parameters: about 30 CPU-minutes, 17 GB peak memory, 21 GB of temporary checkpoints),
+here marked ``slow`` and run only with ``ATTNBENCH_SLOW=1``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -19,6 +23,8 @@ from attnbench.smoke import FullRunCost, PlannedStop, StopOnce, fmt_duration
 
 runner = CliRunner()
 ENV = {"COLUMNS": "250"}
+slow = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("ATTNBENCH_SLOW"),
+                                             reason="slow: set ATTNBENCH_SLOW=1 (a by-hand smoke of the README)")]
 
 
 def invoke(*args: str, env: dict | None = None):
@@ -29,6 +35,8 @@ def ok(result, *needles: str) -> str:
     out = result.output
     assert result.exit_code == 0, out[-3000:]
     assert "Traceback" not in out
+    first = next(line for line in out.splitlines() if line.strip())
+    assert first.startswith("machine: ") and "GFLOP/s" in first, out[:1000]  # printed first, as by every run
     for n in needles:
         assert n in out, (n, out[-3000:])
     return out
@@ -76,10 +84,24 @@ def test_lra_smoke_tiny_runs_every_task_and_prints_each_cost():
     assert out.count(" ok ") >= 5 and "interrupted" in out  # attempt 1 stopped, attempt 2 finished
 
 
+def skyformer_smoke(tasks: list[str]) -> None:
+    from attnbench.suites.lra.config import load_preset
+
+    pre = load_preset("skyformer")
+    out = ok(invoke("run", "lra", "--smoke", "--preset", "skyformer", "--tasks", ",".join(tasks), "--attn",
+                    "linear"), "lra/skyformer smoke", "attempt 2")
+    for task in tasks:
+        cfg = pre.task(task)
+        unit = "pairs" if task == "retrieval" else "sequences"
+        cost = f"full run: {cfg.steps:,} steps x {cfg.batch_size:,} {unit}"
+        assert any(line.lstrip().startswith(task) and cost in line for line in out.splitlines()), (task, cost)
+    assert out.count(" ok ") >= len(tasks)
+
+
 def test_lra_smoke_skyformer_reads_release_files_at_the_published_length():
-    out = ok(invoke("run", "lra", "--smoke", "--preset", "skyformer", "--tasks", "listops", "--attn", "linear"),
-             "full run: 50,000 steps x 32 sequences")
-    assert "lra/skyformer smoke" in out
+    """Every task at its published length (ListOps 2000 tokens, IMDb 4000 bytes, AAN two 4000-byte documents,
+    CIFAR 1024 pixels, Pathfinder 32x32) from files in the release's format."""
+    skyformer_smoke(["listops", "text", "retrieval", "image", "pathfinder"])
 
 
 def test_lra_smoke_fails_in_one_line_when_a_reader_breaks(monkeypatch):
@@ -112,6 +134,13 @@ def test_lm_smoke_tiny_trains_resumes_evaluates_and_prints_the_cost():
     assert "interrupted" in out
 
 
+@pytest.mark.parametrize("preset", [pytest.param("340m", marks=slow)])
+def test_lm_smoke_at_full_size(preset):
+    """The 340M models (the four default variants) through the real pipeline at 128 tokens."""
+    out = ok(invoke("run", "lm", "--smoke", "--preset", preset), "attempt 2", "lm-eval", f"lm/{preset} smoke")
+    assert out.count("full run: ") == 4, out[-3000:]
+
+
 def test_lm_smoke_fails_in_one_line_when_tokenizer_training_breaks(monkeypatch):
     from attnbench.suites.lm import data
 
@@ -127,6 +156,24 @@ def test_scaling_smoke_runs_each_point_kind_and_estimates_the_sweep():
     out = ok(invoke("run", "scaling", "--smoke", "--preset", "tiny", "--mode", "fwd,fwd+bwd"),
              "4 point kind(s) at N = 256", "full sweep: 8 points")
     assert out.count(" ok ") >= 4
+
+
+def scaling_smoke(*preset: str) -> None:
+    out = ok(invoke("run", "scaling", "--smoke", *preset))
+    name = preset[-1] if preset else "cpu-default"  # the default preset
+    kinds = int(re.search(r"(\d+) point kind\(s\) at N = ", out)[1])
+    done = re.search(rf"scaling/{name}-smoke: (\d+) ok(?:, (\d+) unsupported)?", out)
+    assert done and int(done[1]) + int(done[2] or 0) == kinds, out[-3000:]
+    assert "full sweep: " in out and "on this machine" in out
+
+
+def test_scaling_smoke_default_preset():
+    """cpu-default, the preset ``run scaling`` runs without ``--preset``: every point kind at its smallest N."""
+    scaling_smoke()
+
+
+def test_scaling_smoke_cpu_full():
+    scaling_smoke("--preset", "cpu-full")
 
 
 def test_scaling_smoke_fails_in_one_line_when_a_point_fails():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import random
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,16 +16,26 @@ from PIL import Image, ImageOps
 from attnbench.suites.adala.config import load_preset as load_adala, preset_names as adala_presets
 from attnbench.suites.mixa.config import load_preset as load_mixa, preset_names as mixa_presets
 from attnbench.image import data as vd
-from attnbench.suites.vision.config import load_preset, preset_names
+from attnbench.suites.vision.config import load_preset, preset_names, with_folder
+
+#: the CPU folder recipe: ``run vision --data-dir DIR`` on tiny, DIR an ImageFolder or a CIFAR-10 folder
+FOLDERS = {"vision/tiny+imagefolder": ("images/train", "images/val"),
+           "vision/tiny+cifar10-folder": ("cifar/cifar-10-batches-py",)}
 
 
 def _vision_presets():
-    """Every vision preset, the vision presets adala and mixa use, and the CPU folder recipe (tiny + a folder)."""
+    """Every vision preset, the vision presets adala and mixa use, and the CPU folder recipe (tiny + a folder, as
+    :func:`with_folder` builds it for ``run vision --data-dir``: an ImageFolder and a CIFAR-10 folder)."""
     out = {f"vision/{n}": load_preset(n) for n in preset_names()}
     for n in adala_presets():
         out[f"adala/{n}"] = load_adala(n).load_vision()
     for n in mixa_presets():
         out[f"mixa/{n}"] = load_mixa(n).vision
+    with tempfile.TemporaryDirectory() as tmp:  # the layouts only: with_folder reads no image
+        for key, dirs in FOLDERS.items():
+            for d in dirs:
+                (Path(tmp) / d).mkdir(parents=True)
+            out[key] = with_folder(load_preset("tiny"), str(Path(tmp) / Path(dirs[0]).parts[0]))
     return out
 
 
@@ -39,9 +51,14 @@ def train_transform(pre):
     return vd.recipe_transforms(pre.data.kind, pre.data.image_size, pre.recipe.augment)[1]
 
 
+#: every preset whose train transform has a RandAugment
+RANDAUGMENT = [k for k in sorted(PRESETS) if train_transform(PRESETS[k]) is not None
+               and vd.rand_augments(train_transform(PRESETS[k]))]
+
+
 def test_the_presets_cover_deits_randaugment():
-    """The test below is not vacuous: the CIFAR and ImageNet presets carry DeiT's RandAugment with the increasing
-    posterize, and the tiny (digits) ones carry none."""
+    """The tests below are not vacuous: the CIFAR and ImageNet presets and the tiny recipe on a folder carry DeiT's
+    RandAugment with the increasing posterize, and the tiny (digits) ones carry none."""
     kinds = {}
     for key, pre in PRESETS.items():
         t = train_transform(pre)
@@ -49,7 +66,12 @@ def test_the_presets_cover_deits_randaugment():
         kinds[key] = [op.name for ra in ras for op in ra.ops]
     assert "PosterizeIncreasing" in kinds["vision/cifar10"] and "PosterizeIncreasing" in kinds["vision/imagenet100"]
     assert "PosterizeIncreasing" in kinds["vision/imagenet1k"]
+    for key in FOLDERS:
+        assert PRESETS[key].recipe.augment == "cifar" and "PosterizeIncreasing" in kinds[key], key
+    assert PRESETS["vision/tiny+imagefolder"].data.kind == "imagenet"
+    assert PRESETS["vision/tiny+cifar10-folder"].data.kind == "cifar10"
     assert kinds["vision/tiny"] == [] and kinds["adala/tiny"] == [] and kinds["mixa/tiny"] == []
+    assert {"vision/cifar10", "vision/imagenet100", "vision/imagenet1k", *FOLDERS} <= set(RANDAUGMENT)
 
 
 @pytest.mark.parametrize("key", sorted(PRESETS))
@@ -78,10 +100,11 @@ def test_zero_bits_kept_is_a_black_image_and_others_are_pillows():
         assert np.array_equal(np.asarray(vd.keep_bits(img, bits)), np.asarray(ImageOps.posterize(img, bits)))
 
 
-@pytest.mark.parametrize("key", ["vision/cifar10", "vision/imagenet100"])
+@pytest.mark.parametrize("key", RANDAUGMENT)
 def test_thousands_of_seeded_draws(key):
-    """3000 seeded draws of the preset's RandAugment on 32x32 images; a spy on posterize shows the top magnitude
-    (0 bits) was drawn, so the unguarded op would have raised. (imagenet1k's RandAugment is imagenet100's.)"""
+    """3000 seeded draws of the preset's RandAugment on 32x32 images, for every preset that has one (the tiny
+    recipe on a folder too); a spy on posterize shows the top magnitude (0 bits) was drawn, so the unguarded op
+    would have raised."""
     (ra,) = vd.rand_augments(train_transform(PRESETS[key]))
     zero = []
     ra = copy.deepcopy(ra)

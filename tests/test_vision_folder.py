@@ -17,6 +17,7 @@ from attnbench.cli import app
 
 from attnbench.store import Store
 from attnbench.image import data as vd
+from attnbench.image.smoke import write_cifar
 from attnbench.suites.vision.config import load_preset, with_folder
 
 ENV = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -38,12 +39,18 @@ def digits_folder(root, classes=(0, 1, 7), train=12, val=4, ext=".png"):
     return root
 
 
-def short_tiny(tmp_path, steps=16):
-    """The tiny preset's file with fewer steps (the same kind, model, size and recipe)."""
+def short_tiny(tmp_path, steps=16, batch_size=None, val_size=None):
+    """The tiny preset's file with fewer steps (the same kind, model, size and recipe); ``batch_size`` /
+    ``val_size`` (the validation carve of a CIFAR folder): set if given."""
     text = (resources.files("attnbench.suites.vision") / "presets" / "tiny.toml").read_text()
     text = text.replace("steps = 600", f"steps = {steps}").replace("warmup = 60", "warmup = 2")
     text = text.replace("eval_every = 100", f"eval_every = {steps // 2}")
     text = text.replace("resolutions = [32, 64, 128, 256]", "resolutions = [32]")
+    if batch_size is not None:
+        text = text.replace("batch_size = 64", f"batch_size = {batch_size}")
+    if val_size is not None:
+        text = text.replace('kind = "digits"', f'kind = "digits"\nval_size = {val_size}')
+    assert text.count("val_size") == (val_size is not None) and f"batch_size = {batch_size or 64}" in text
     p = tmp_path / "tiny.toml"
     p.write_text(text)
     return p
@@ -61,6 +68,25 @@ def test_an_imagefolder_trains_on_the_cpu_from_one_command_and_lands_in_the_tabl
     assert m.metrics["num_classes"] == 3 and m.metrics["n_test"] == 12 and m.metrics["n_val"] == 3
     assert "ImageFolder" in m.metrics["data"] and "augment cifar" in m.metrics["data"]
     assert "vision — vision/tiny/my_digits" in p.stdout and "softmax" in p.stdout
+
+
+def test_a_cifar_folder_trains_on_the_cpu_from_one_command_and_lands_in_the_table(tmp_path):
+    """The CIFAR route of ``--data-dir`` on the tiny recipe: CIFAR-10's python pickles written here (20 training
+    images, 8 test), trained a few steps in this process, recorded and tabled. The preset is tiny's file with 4
+    steps at batch 8 and a validation carve of 4 images (the release's 5000 would not fit in 20)."""
+    data = write_cifar(tmp_path / "my_cifar", 10, per_file=4, n_test=8)
+    preset = short_tiny(tmp_path, steps=4, batch_size=8, val_size=4)
+    r = CliRunner().invoke(app, ["run", "vision", "--attn", "softmax", "--preset", str(preset), "--data-dir",
+                                 str(data), "--db", str(tmp_path / "v.db"), "--out", str(tmp_path / "w")],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output[-3000:]
+    with Store(tmp_path / "v.db") as s:
+        (m,) = s.measurements(suite="vision")
+    assert m.status == "ok" and m.task == "cifar10" and m.setting == "vision/tiny/my_cifar", (m.status, m.error)
+    assert m.metrics["num_classes"] == 10 and m.metrics["n_test"] == 8 and m.metrics["n_val"] == 4
+    assert "CIFAR-10" in m.metrics["data"] and "augment cifar" in m.metrics["data"], m.metrics["data"]
+    assert r.output.lstrip().startswith("machine: ")
+    assert "vision — vision/tiny/my_cifar" in r.output and "softmax" in r.output
 
 
 def test_the_folder_recipe_keeps_the_cpu_model_and_detects_cifar(tmp_path):

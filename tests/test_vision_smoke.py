@@ -44,6 +44,7 @@ def test_the_tiny_smoke_through_the_cli_and_its_refusals(monkeypatch, tmp_path):
     results = in_project(monkeypatch, tmp_path)
     r = CliRunner().invoke(app, ["run", "vision", "--smoke", "--attn", "nala"], env={"COLUMNS": "300"})
     assert r.exit_code == 0, r.output[-3000:]
+    assert r.output.lstrip().startswith("machine: ") and "GFLOP/s" in r.output.splitlines()[0]  # as every run
     assert "resumes from its checkpoint" in r.output and "nala: full run: 600 steps x 64 images" in r.output
     assert not results.exists()
     r = CliRunner().invoke(app, ["run", "vision", "--smoke", "--data-dir", str(tmp_path)])
