@@ -73,9 +73,9 @@ def test_an_imagefolder_trains_on_the_cpu_from_one_command_and_lands_in_the_tabl
 def test_a_cifar_folder_trains_on_the_cpu_from_one_command_and_lands_in_the_table(tmp_path):
     """The CIFAR route of ``--data-dir`` on the tiny recipe: CIFAR-10's python pickles written here (20 training
     images, 8 test), trained a few steps in this process, recorded and tabled. The preset is tiny's file with 4
-    steps at batch 8 and a validation carve of 4 images (the release's 5000 would not fit in 20)."""
+    steps at batch 8; the validation carve is the default, a tenth of the training images (the release's 5000)."""
     data = write_cifar(tmp_path / "my_cifar", 10, per_file=4, n_test=8)
-    preset = short_tiny(tmp_path, steps=4, batch_size=8, val_size=4)
+    preset = short_tiny(tmp_path, steps=4, batch_size=8)
     r = CliRunner().invoke(app, ["run", "vision", "--attn", "softmax", "--preset", str(preset), "--data-dir",
                                  str(data), "--db", str(tmp_path / "v.db"), "--out", str(tmp_path / "w")],
                            env={"COLUMNS": "200"})
@@ -83,7 +83,7 @@ def test_a_cifar_folder_trains_on_the_cpu_from_one_command_and_lands_in_the_tabl
     with Store(tmp_path / "v.db") as s:
         (m,) = s.measurements(suite="vision")
     assert m.status == "ok" and m.task == "cifar10" and m.setting == "vision/tiny/my_cifar", (m.status, m.error)
-    assert m.metrics["num_classes"] == 10 and m.metrics["n_test"] == 8 and m.metrics["n_val"] == 4
+    assert m.metrics["num_classes"] == 10 and m.metrics["n_test"] == 8 and m.metrics["n_val"] == 2
     assert "CIFAR-10" in m.metrics["data"] and "augment cifar" in m.metrics["data"], m.metrics["data"]
     assert r.output.lstrip().startswith("machine: ")
     assert "vision — vision/tiny/my_cifar" in r.output and "softmax" in r.output

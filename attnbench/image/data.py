@@ -16,8 +16,8 @@ Sources (``build_splits(kind, ...)`` dispatches on ``kind``):
 - ``cifar10`` / ``cifar100``: the python release read straight from its pickles
   (``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``,
   ``cifar-100-python/{train,test,meta}``) by :mod:`attnbench.formats` (its safe unpickler: data, never code).
-  ``test`` = the test file; ``val`` = ``val_size`` (5000) training images chosen by a permutation fixed by
-  ``seed``; ``train`` = the rest. Labels: CIFAR-100's fine labels.
+  ``test`` = the test file; ``val`` = ``val_size`` (5000 of the release's) training images chosen by a
+  permutation fixed by ``seed``; ``train`` = the rest. Labels: CIFAR-100's fine labels.
 - ``imagenet``: torchvision's ``ImageFolder`` reader on ``ROOT/train/<wnid>/*`` and ``ROOT/val/<wnid>/*``,
   restricted to a class subset: a class-list file (one wnid a line, ``#`` comments; ``"imagenet100"`` names
   the shipped CMC list, ``classlists/imagenet100.txt``), a list of wnids, a count N (the first N class
@@ -388,12 +388,14 @@ def _cifar_dir(root: PathLike, which: int) -> Path:
     return d
 
 
-def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: int = 0, val_size: int = 5000,
-               augment: str = "auto", train_transform: Optional[Callable] = None,
+def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: int = 0,
+               val_size: Optional[int] = None, augment: str = "auto", train_transform: Optional[Callable] = None,
                eval_transform: Optional[Callable] = None) -> ImageSplits:
     """CIFAR-10 / CIFAR-100 from the python release under ``root`` (or ``root`` is the release folder itself).
 
-    ``val`` = ``val_size`` training images chosen by a permutation fixed by ``seed``; ``test`` = the test file.
+    ``val`` = ``val_size`` training images chosen by a permutation fixed by ``seed`` (default: a tenth of them, at
+    most 5000, which is 5000 for the release and still leaves training images in a small folder of its format);
+    ``test`` = the test file.
     ``augment``: ``"auto"`` = ``"cifar"`` for ``image_size <= 64`` else ``"deit"``; or ``"cifar"``, ``"deit"``,
     ``"basic"``, ``"none"``. Explicit ``train_transform`` / ``eval_transform`` replace the recipe's.
     """
@@ -413,6 +415,8 @@ def load_cifar(root: PathLike, which: int = 10, image_size: int = 32, *, seed: i
     tests = [read_cifar_batch(d / n, which=which) for n in test_files]
     test_x = np.concatenate([p[0] for p in tests])
     test_y = np.concatenate([p[1] for p in tests])
+    if val_size is None:
+        val_size = min(5000, len(train_y) // 10)
     if not 0 <= val_size < len(train_y):
         raise ValueError(f"val_size must be in 0..{len(train_y) - 1} (the {len(train_y)} training images of "
                          f"{d}), got {val_size!r}")

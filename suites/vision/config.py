@@ -29,8 +29,9 @@ class DataConfig:
     """``kind``: ``digits`` (scikit-learn's bundled 8x8 digits, upsampled: offline), ``cifar10`` / ``cifar100``
     (python pickles under ``--data-dir``), ``imagenet`` (``train/<wnid>/``, ``val/<wnid>/`` under ``--data-dir``,
     restricted to ``classes``: an embedded class list such as ``imagenet100``, a file, or a count).
-    ``val_per_class`` (ImageFolder, default 50) / ``val_size`` (CIFAR, default 5000): the validation images carved
-    from the training split; unset, they are left out of the preset's identity."""
+    ``val_per_class`` (ImageFolder, default 50) / ``val_size`` (CIFAR, default a tenth of the training images, at
+    most 5000): the validation images carved from the training split; unset, they are left out of the preset's
+    identity."""
 
     kind: str
     image_size: int
