@@ -325,7 +325,9 @@ def tables(cmp: Comparison, threshold_pct: Optional[float] = None) -> list:
                + ("Accuracy: Welch's t over seeds when both sides have two or more, else the two-proportion z-test "
                   "on the test-set counts; perplexity: Welch's t over seeds. " if what == "accuracy" else
                   "Time: the log ratio against the repeat noise of each side's median (σ = IQR/1.349, SE = "
-                  "1.2533 σ/√reps), or the seeds' spread; training throughput: Welch's t on log rates over seeds. "
+                  "1.2533 σ/√reps), or the seeds' spread: the noise within each run, not the drift of the machine "
+                  "between runs (two runs of the same code may differ by several percent with p far below 0.05: "
+                  "set --threshold above that drift); training throughput: Welch's t on log rates over seeds. "
                   "‡: timed while other attnbench processes ran (not comparable). ")
                + (f"✗: significantly worse by more than {threshold_pct:g}% (--threshold). "
                   if threshold_pct is not None else "")
