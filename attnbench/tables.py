@@ -595,17 +595,14 @@ def unfinished_caption(source_label: str, records: Iterable[Measurement]) -> str
 
 
 def source_tables(view: View, src: Source) -> list[TableData]:
-    """The view's tables of ``src``, each title naming the machine that measured it (unless the view's title
-    already does) and whether the numbers are the committed reference results or the user's own runs."""
-    machine = machine_of(src.records)
-    names = list(_machines(src.records))
+    """The view's tables of ``src``, each title naming the machines that measured it (unless the view's title
+    already names those of its own records, :func:`board_title`) and whether the numbers are the committed reference results or the user's own runs."""
+    machine, names = machine_of(src.records), list(_machines(src.records))
     tag = "committed results" if src.committed else "your runs"
     out = []
     for title, header, rows, cap in view.data(src):
-        if not names or not all(n in title for n in names):
+        if not any(n in title for n in names) and machine not in title:  # board_title named its table's machines
             title += f" ({machine})"
-        elif "GFLOP/s" in machine and "GFLOP/s" not in title:  # the view named the machines: add their figures
-            title += f" ({machine.removeprefix(names[0] + ', ') if len(names) == 1 else machine})"
         if any(CONTENDED in str(c) for row in rows for c in row):
             cap += (f" {CONTENDED} timed while other attnbench processes ran on the same machine (listed in the "
                     f"record's metrics.concurrent_attnbench): a slower figure, not comparable.")

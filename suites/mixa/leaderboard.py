@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import commits_of, latest, timing_mark, unfinished_caption
+from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
 from attnbench.store import Measurement
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
@@ -87,7 +87,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}.")
         if not any(r.status == "ok" for r in recs):
             cap = unfinished_caption(source_label, recs)
-        out.append((f"mixa — {setting} · {device} · k = {k}",
+        out.append((board_title("mixa", setting, f"{device} · k = {k}", recs),
                     ["variant", "quadratic layers", "top-1", "Δ teacher", "FLOPs/img", "train img/s",
                      "infer img/s", "infer mem", "train mem", "wall"], rows, cap))
     return out
