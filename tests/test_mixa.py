@@ -183,7 +183,7 @@ def test_the_tiny_pipeline_records_teacher_mixa_and_controls(tmp_path):
     assert recs["mixa"].metrics["steps_run"] == 2 and recs["mixa"].impl
     (title, header, rows, cap), = measured_tables(recs.values(), "measured")
     assert [r[0] for r in rows][:4] == ["teacher", "mixa", "all-stella", "last-k"] and "top-1" in header
-    assert f"top-2 selected: {selected}" in cap
+    assert f"→ top-2 {selected}" in cap
 
     again = run_mixa(preset=pre, teacher=str(path), db=db, out=str(tmp_path / "w"), console=QUIET, progress=False)
     assert again.exit_code() == 0 and all(o.skipped for o in again.outcomes)  # finished cells are skipped

@@ -101,6 +101,13 @@ def test_the_committed_seed_files_render_as_mean_and_seed_interval():
     mixa = _render("mixa", read_jsonl(tables.reference_files("mixa")[0].parent / "tiny-cpu-seeds.jsonl"))
     row = next(ln for ln in mixa.splitlines() if ln.startswith("| mixa |"))
     assert "96.54 ± 2.3 (seeds ± 0.53, n=3)" in row
+    # every committed MixA record: the deep study trained a teacher per seed and is one table over its 3 seeds;
+    # the tiny reference run (another teacher at seed 0) stays a table of its own
+    boards = _render("mixa", tables.committed_records("mixa")).split("#### ")
+    deep = next(b for b in boards if b.startswith("mixa — mixa/tiny-deep"))
+    row = next(ln for ln in deep.splitlines() if ln.startswith("| mixa |"))
+    assert "(seeds ± 1.06, n=3)" in row and "seed 2: softmax-" in deep  # results/mixa/README.md: 95.06 ± 1.06
+    assert sum(b.startswith("mixa — mixa/tiny ·") for b in boards) == 2
 
 
 def test_show_of_a_committed_row_prints_checkout_and_command(tmp_path):

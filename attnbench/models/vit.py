@@ -4,7 +4,8 @@ class token or mean pooling, pre-norm blocks, MLP, drop path, head) with each bl
 load into it.
 
 Sizes (:data:`VIT_SIZES`): ``deit_tiny`` (192 / 12 layers / 3 heads, Touvron et al. 2021), ``deit_small``
-(384 / 12 / 6) and ``cpu`` (64 / 4 / 2: small enough to train on a CPU). Block options (:class:`BlockOptions`, e.g. the
+(384 / 12 / 6), ``cpu`` (64 / 4 / 2: small enough to train on a CPU) and ``cpu_deep`` (``cpu`` with 8 layers: depth
+for layer-selection studies such as MixA's on a CPU). Block options (:class:`BlockOptions`, e.g. the
 depthwise convolution on V of FLatten / PolaFormer / NaLaFormer) are off by default and recorded when on; the
 convolution runs over the patch grid, the class token passes through it unchanged.
 """
@@ -37,6 +38,7 @@ VIT_SIZES = {
     "deit_tiny": ViTSize(192, 12, 3),
     "deit_small": ViTSize(384, 12, 6),
     "cpu": ViTSize(64, 4, 2),
+    "cpu_deep": ViTSize(64, 8, 2),
 }
 
 

@@ -1,4 +1,4 @@
-"""The MixA leaderboard: ``attnbench table mixa``. One table per (setting, device, teacher, k): the softmax
+"""The MixA leaderboard: ``attnbench table mixa``. One table per (setting, device, k) and study (its seeds' teachers): the softmax
 teacher, then MixA's selected mix and the controls (all-SteLLA, last-k, random-k per seed), with test top-1 (95%
 Wilson interval, Δ vs the teacher), the quadratic layers, FLOPs per image, training and inference images/s and
 peak memory; the caption gives the Eq. 3 scores and the selected layers."""
@@ -17,20 +17,43 @@ def _mib(v) -> str:
     return f"{v / 2**20:.1f} MiB" if isinstance(v, (int, float)) else "-"
 
 
+def _studies(recs: list[Measurement]) -> list[list[Measurement]]:
+    """``recs`` split into studies: a study's run seeds each start from one teacher (one file for every seed, or
+    each seed its own, as ``--seeds`` trains them); a teacher whose seeds another teacher already covers (another
+    run of the same preset) is another study, newest first."""
+    seeds_of: dict = {}
+    newest: dict = {}
+    for r in recs:
+        t = r.params.get("teacher")
+        seeds_of.setdefault(t, set()).add(r.seed)
+        newest[t] = max(newest.get(t, ""), r.ended_at or "")
+    studies: list[tuple[set, set]] = []
+    for t in sorted(seeds_of, key=lambda t: newest[t], reverse=True):
+        study = next((st for st in studies if not st[1] & seeds_of[t]), None)
+        if study is None:
+            studies.append(({t}, set(seeds_of[t])))
+        else:
+            study[0].add(t)
+            study[1].update(seeds_of[t])
+    return [[r for r in recs if r.params.get("teacher") in teachers] for teachers, _ in studies]
+
+
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     from attnbench.stats import two_proportion_p
     from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
-        p = r.params
-        groups.setdefault((r.setting, r.device, p.get("teacher"), p.get("k")), []).append(r)
+        groups.setdefault((r.setting, r.device, r.params.get("k")), []).append(r)
+    studies = [(key, study) for key, recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))
+               for study in _studies(recs)]
     out = []
-    for (setting, device, teacher, k), recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for (setting, device, k), recs in studies:
         rows = []
-        # a row is a variant over its seeds (attnbench.tables.seed_rows); its selected layers may differ by seed
+        # a row is a variant over its seeds (attnbench.tables.seed_rows); its teacher (a run seed trains its own)
+        # and selected layers may differ by seed
         rows_of = {key[4]: rs for key, rs in seed_rows(recs, key=lambda r: r.attention,
-                                                       vary=("seed", "quadratic_layers", "specs",
+                                                       vary=("seed", "teacher", "quadratic_layers", "specs",
                                                              "selected_layers")).items()}
         stats = {v: aggregate(rs) for v, rs in rows_of.items()}
         scored = [v for v, st in stats.items() if st is not None]
@@ -69,12 +92,19 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         ok = [r for r in recs if r.status == "ok" and r.metrics.get("scores")]
         first = ok[-1] if ok else recs[-1]
         fm, fp = first.metrics, first.params
-        scores = fm.get("scores") or []
         commits = commits_of(recs)
-        cap = (f"{source_label}. MixA (Ahmed et al. 2025): Eq. 3 scores I_A per layer "
-               + ", ".join(f"{i}: {s:.3g}" for i, s in enumerate(scores))
+        per_seed = {r.seed: r for r in sorted(ok, key=lambda r: r.ended_at or "")}  # each seed's teacher and scores
+        teachers = sorted({r.params.get("teacher") for r in recs})
+        several = len(teachers) > 1
+        shown = sorted(per_seed.items()) if several else [(None, first)]  # one teacher: one set of scores
+        selection = "; ".join((f"seed {sd}: " if several else "")
+                              + ", ".join(f"{i}: {x:.3g}" for i, x in enumerate(r.metrics.get("scores") or []))
+                              + f" → top-{k} {r.params.get('selected_layers')}" for sd, r in shown)
+        teacher = ("one per run seed, " + "; ".join(f"seed {sd}: {r.params.get('teacher')}"
+                                                     for sd, r in sorted(per_seed.items()))) if several else teachers[0]
+        cap = (f"{source_label}. MixA (Ahmed et al. 2025): Eq. 3 scores I_A per layer {selection}"
                + f" (A' = {fp.get('linear_matrix')}, {fp.get('score_batches')} × {fp.get('score_batch_size')} "
-               f"{fp.get('score_split')} images); top-{k} selected: {fp.get('selected_layers')}. Quadratic layers "
+               f"{fp.get('score_split')} images; the top-{k} stay quadratic). Quadratic layers "
                f"are ReLU quadratic attention (Eqs. 4-5), the rest SteLLA (Eqs. 6-7); every variant fine-tuned "
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')} from the teacher's weights with KD (T = "
                f"{fp.get('kd_temperature')}, α = {fp.get('kd_alpha')}). Teacher {teacher}. Data: {fm.get('data', '?')}. "
