@@ -25,7 +25,6 @@ ATTN_HELP = ("comma-separated attention specs: a registered name, optionally wit
              ":key=value (e.g. nala:lam=2,mirrorla); `attnbench list` shows every name and option")
 
 
-
 def strip_options(argv: Sequence[str], names: dict[str, bool]) -> list[str]:
     """``argv`` without the options ``names`` (name -> takes a value), spelled ``--opt v`` or ``--opt=v``."""
     out, skip = [], False
@@ -39,6 +38,7 @@ def strip_options(argv: Sequence[str], names: dict[str, bool]) -> list[str]:
             continue
         out.append(a)
     return out
+
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: <message>`` and exit with ``code`` (no traceback)."""

@@ -119,13 +119,15 @@ class RunContext:
 
             torch.set_num_threads(self.opts.threads)
 
-    def check_trainable(self, configs, *, where: str, hint: str) -> None:
-        """Before any data is read: every train config in ``configs`` can train on this run's device (the rule the
-        trainer applies to each cell), else one error naming ``where`` and what to do (``hint``)."""
+    def check_trainable(self, preset, configs) -> None:
+        """Before any data is read: every train config in ``configs`` (those of ``preset``, a
+        :class:`attnbench.presets.SuitePreset`) can train on this run's device (the rule the trainer applies to each
+        cell), else one error naming the preset's file and what to do."""
         for cfg in configs:
             problem = cfg.precision_problem(self.device.type)
             if problem:
-                raise AttnbenchError(f"{where}: {problem}; {hint}")
+                raise AttnbenchError(f"{preset.path}: {problem}; use --preset tiny, or `--smoke` to run the "
+                                     f"{preset.name} pipeline on the CPU")
 
     @property
     def work(self) -> Path:

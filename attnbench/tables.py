@@ -596,7 +596,8 @@ def unfinished_caption(source_label: str, records: Iterable[Measurement]) -> str
 
 def source_tables(view: View, src: Source) -> list[TableData]:
     """The view's tables of ``src``, each title naming the machines that measured it (unless the view's title
-    already names those of its own records, :func:`board_title`) and whether the numbers are the committed reference results or the user's own runs."""
+    already names those of its own records, :func:`board_title`) and whether the numbers are the committed
+    reference results or the user's own runs."""
     machine, names = machine_of(src.records), list(_machines(src.records))
     tag = "committed results" if src.committed else "your runs"
     out = []

@@ -20,7 +20,8 @@ No timing without a correctness check first, twice: the fast form against the qu
 129 (fp32, forward and gradients, :func:`attnbench.verify.verify`), and at the timed shape against the plain
 O(N) form (the reference feature maps on the whole sequence, then the associative product; quadratic reference
 for laplacian at N <= 4096) under the tolerance policy: fp32 fast vs fp32 plain vs fp64 plain, with the gradients
-(q, k, v and every parameter) when timing forward + backward. A failed check is printed and that timing skipped; the script then exits 1.
+(q, k, v and every parameter) when timing forward + backward. A failed check is printed and that timing skipped;
+the script then exits 1.
 """
 
 from __future__ import annotations

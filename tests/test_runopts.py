@@ -92,6 +92,29 @@ def test_a_smoke_refuses_the_options_it_cannot_use(tmp_path):
         assert r.exit_code == 2 and "drop --launcher, --shard" in r.output, (suite, r.output)
 
 
+def test_a_gpu_precision_preset_on_the_cpu_is_refused_before_any_data(tmp_path):
+    """A preset that trains in bf16 (autocast, CUDA only) is one line naming its file and the CPU routes, from every
+    training suite's runner (RunContext.check_trainable), before its data are looked for."""
+    import tomllib
+
+    mixa_tiny = (Path(__file__).parents[1] / "suites" / "mixa" / "presets" / "tiny.toml").read_text()
+    adala_tiny = (Path(__file__).parents[1] / "suites" / "adala" / "presets" / "tiny.toml").read_text()
+    for name, text in (("mixa", mixa_tiny), ("adala", adala_tiny)):
+        assert tomllib.loads(text)["vision"] == "tiny"
+        (tmp_path / f"{name}-cifar.toml").write_text(text.replace('vision = "tiny"', 'vision = "cifar10"', 1))
+    cases = [("vision", "cifar10", "--attn", "softmax"), ("lm", "340m", "--attn", "deltanet"),
+             ("mixa", str(tmp_path / "mixa-cifar.toml")),
+             ("adala", str(tmp_path / "adala-cifar.toml"), "--attn", "nala")]
+    for suite, preset, *args in cases:
+        r = invoke("run", suite, "--preset", preset, *args, "--db", str(tmp_path / "x.db"),
+                   "--out", str(tmp_path / "out"))
+        error = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+        assert r.exit_code == 2 and len(error) == 1, (suite, r.output)
+        assert "precision 'bf16' is autocast on CUDA only" in error[0] and "`--smoke` to run the" in error[0], error
+        assert "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_threads_is_set_for_the_run_and_reaches_every_record(tmp_path):
     import torch
 

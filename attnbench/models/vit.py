@@ -135,9 +135,10 @@ def load_pretrained(vit: nn.Module, path: str | Path, *, allow_missing_mechanism
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)  # a user's file: tensors only, no code
     except pickle.UnpicklingError as e:
-        if refused_global(e) is None:
+        held = refused_global(e)
+        if held is None:
             raise AttnbenchError(f"checkpoint {path} is not a readable torch file ({type(e).__name__})") from None
-        raise AttnbenchError(f"checkpoint {path} holds a Python object beyond tensors ({refused_global(e)}), which "
+        raise AttnbenchError(f"checkpoint {path} holds a Python object beyond tensors ({held}), which "
                              f"attnbench does not unpickle (it could run code); save the state dict alone, e.g. "
                              f"torch.save(ckpt['model'], 'weights.pt')") from None
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same one-line error

@@ -261,8 +261,9 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
     """
     dist = dist or Dist()
     hooks = hooks or TrainHooks()
-    if cfg.precision_problem(device.type):
-        raise CellError(f"{cfg.precision_problem(device.type)}; use precision = \"fp32\" on {device}")
+    problem = cfg.precision_problem(device.type)
+    if problem:
+        raise CellError(f"{problem}; use precision = \"fp32\" on {device}")
     if cfg.batch_size % dist.world:
         raise CellError(f"batch_size {cfg.batch_size} does not split over {dist.world} processes")
     local_bs = cfg.batch_size // dist.world

@@ -530,8 +530,7 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
                                                                       head_dim=size.embed_dim // size.heads,
                                                                       seq_len=tokens_of(vpre))
     device = run.device
-    run.check_trainable([vpre.train, pre.stage1, pre.stage2, pre.stage3], where=str(pre.path),
-                        hint=f"use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    run.check_trainable(pre, [vpre.train, pre.stage1, pre.stage2, pre.stage3])
     work = run.work
     vision_out = str(work / "vision")
     splits = load_splits(vpre, data_dir, eval_limit=eval_limit)

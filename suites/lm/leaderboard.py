@@ -106,7 +106,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                + seed_note(stats.values(), proportion=False))
         title = board_title("lm", setting, device, every)
         if first is None:
-            cap = unfinished_caption(source_label, [r for rs in by_task.values() for r in rs])
+            cap = unfinished_caption(source_label, every)
         out.append((title, header, rows, cap))
     return out
 

@@ -205,8 +205,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
     work = run.work
     device = run.device
     _check_fla_shapes(pre, variants, device)
-    run.check_trainable([pre.train], where=str(pre.path),
-                        hint=f"use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    run.check_trainable(pre, [pre.train])
     with run:
         dist = run.dist
         run.say(f"[bold]lm[/] {pre.key}: {len(variants)} variant(s) · seed {','.join(map(str, seeds))} · "

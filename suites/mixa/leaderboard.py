@@ -1,7 +1,7 @@
-"""The MixA leaderboard: ``attnbench table mixa``. One table per (setting, device, k) and study (its seeds' teachers): the softmax
-teacher, then MixA's selected mix and the controls (all-SteLLA, last-k, random-k per seed), with test top-1 (95%
-Wilson interval, Δ vs the teacher), the quadratic layers, FLOPs per image, training and inference images/s and
-peak memory; the caption gives the Eq. 3 scores and the selected layers."""
+"""The MixA leaderboard: ``attnbench table mixa``. One table per (setting, device, k) and study (its seeds'
+teachers): the softmax teacher, then MixA's selected mix and the controls (all-SteLLA, last-k, random-k per seed),
+with test top-1 (95% Wilson interval, Δ vs the teacher), the quadratic layers, FLOPs per image, training and
+inference images/s and peak memory; the caption gives the Eq. 3 scores and the selected layers."""
 
 from __future__ import annotations
 

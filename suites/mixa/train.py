@@ -234,8 +234,7 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
     if teacher is not None and not Path(teacher).is_file():
         raise AttnbenchError(f"--teacher {teacher}: no such file")
     device = run.device
-    run.check_trainable([vp.train, pre.train], where=str(pre.path),
-                        hint=f"use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    run.check_trainable(pre, [vp.train, pre.train])
     work = run.work
     splits = load_splits(vp, data_dir, eval_limit=eval_limit)
     # the teacher first: a vision run's from the store, else trained here (before the process group opens)

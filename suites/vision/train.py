@@ -111,8 +111,7 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
                                                                      head_dim=size.embed_dim // size.heads,
                                                                      seq_len=tokens_of(pre))
     device = run.device
-    run.check_trainable([pre.train], where=str(pre.path),
-                        hint=f"use --preset tiny, or `--smoke` to run the {pre.name} pipeline on the CPU")
+    run.check_trainable(pre, [pre.train])
     with run:
         dist = run.dist
         work = run.work
