@@ -4,7 +4,8 @@ The names below are loaded on first use (PEP 562), so ``attnbench --help`` and `
 importing torch.
 """
 
-from .errors import AttnbenchError, ShapeError, UnknownNameError, UnsupportedError
+from attnbench.api import registry
+from attnbench.core.errors import AttnbenchError, ShapeError, UnknownNameError, UnsupportedError
 
 __version__ = "0.1.0"
 
@@ -16,7 +17,6 @@ __all__ = ["AttnbenchError", "ShapeError", "UnknownNameError", "UnsupportedError
 
 def __getattr__(name: str):
     if name in _FROM_REGISTRY:
-        from . import registry
 
         return getattr(registry, name)
     raise AttributeError(f"module 'attnbench' has no attribute {name!r}")

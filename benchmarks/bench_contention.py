@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 import attnbench
 from attnbench.ops import linear_attn as la
-from attnbench.provenance import machine, machine_line
+from attnbench.results.provenance import machine, machine_line
 
 B, H, D = 1, 4, 64
 SPIN = "import threading\ndef spin():\n    while True: pass\n" \

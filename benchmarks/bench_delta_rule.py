@@ -4,7 +4,7 @@
     python -m benchmarks.bench_delta_rule ...
 
 fp32, B = 1, H = 4, d = 64 by default, forward only (no autograd graph). First the outputs and final states are
-checked under the tolerance policy (``attnbench.tolerance``: attnbench's fp32 error against the fp64 recurrence
+checked under the tolerance policy (``attnbench.checks.tolerance``: attnbench's fp32 error against the fp64 recurrence
 within a multiple of FLA's own fp32 error), then every form is timed round-robin (one call of
 each per round, so load from other processes hits all of them alike), and the median of the rounds is reported
 with the ratio FLA / attnbench. Timings are ratios measured in one run, never bare seconds.
@@ -27,10 +27,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from attnbench.bench.timing import round_robin
-from attnbench.provenance import machine, machine_line
+from attnbench.measure.timing import round_robin
+from attnbench.results.provenance import machine, machine_line
 from attnbench.ops.delta import delta_rule_chunked, delta_rule_recurrent
-from attnbench.tolerance import compare
+from attnbench.checks.tolerance import compare
 
 TARGET = 3.0
 TARGET_AVX2 = 1.5

@@ -17,7 +17,7 @@ recomputing backward (``ops.linear_attention_recomputed``), against the same mec
 ``recompute_backward = False`` (autograd through the blocked op), interleaved; ratio = autograd ÷ recomputing.
 
 No timing without a correctness check first, twice: the fast form against the quadratic reference at N = 7 and
-129 (fp32, forward and gradients, :func:`attnbench.verify.verify`), and at the timed shape against the plain
+129 (fp32, forward and gradients, :func:`attnbench.checks.verify.verify`), and at the timed shape against the plain
 O(N) form (the reference feature maps on the whole sequence, then the associative product; quadratic reference
 for laplacian at N <= 4096) under the tolerance policy: fp32 fast vs fp32 plain vs fp64 plain, with the gradients
 (q, k, v and every parameter) when timing forward + backward. A failed check is printed and that timing skipped;
@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 
 import attnbench
-from attnbench.bench.memory import TensorMemory
-from attnbench.bench.timing import round_robin
-from attnbench.verify import agreement, verify
+from attnbench.measure.memory import TensorMemory
+from attnbench.measure.timing import round_robin
+from attnbench.checks.verify import agreement, verify
 from attnbench.ops import linear_attn as la
-from attnbench.provenance import machine, machine_line
+from attnbench.results.provenance import machine, machine_line
 
 B, H, D = 1, 4, 64
 TARGETS = {"linear": 1.5, "relu_linear": 1.5, "stella": 1.5, "nala": 2.5, "mirrorla": 2.5, "polaformer": 2.5,
@@ -170,7 +170,7 @@ def backward_gain(names, ns, repeats: int) -> None:
 
 def performer_memory(n: int) -> int:
     """Bytes of tensors created by a performer forward beyond its output
-    (:class:`attnbench.bench.memory.TensorMemory`)."""
+    (:class:`attnbench.measure.memory.TensorMemory`)."""
     attn = build("performer", n)
     q, k, v = inputs(n)
     with torch.no_grad(), TensorMemory() as mem:

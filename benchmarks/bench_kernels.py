@@ -11,7 +11,7 @@ both alike) and the median of the rounds is reported with the ratio reference / 
 whole map (query + key). Target: >= 1.5x forward. (The unfused key map is cheap -- one power with a scalar
 exponent -- and its time varies 2x with the allocator's state, so the key side's ratio spreads widest.)
 
-Compile check (``attnbench.kernels.aot``, also ``attnbench check --aot``): every configuration the kernels'
+Compile check (``attnbench.checks.aot``, also ``attnbench check --aot``): every configuration the kernels'
 entry points can launch, in float32, float16 and bfloat16, and flash-linear-attention's chunk kernels at the LM
 presets' head sizes, compiled for a CUDA target (default sm_90; ``--arch 80,90``) through ptxas without a GPU;
 a table of shared memory, registers and spilled bytes; exits 1 if any configuration fails to compile or does not
@@ -30,7 +30,7 @@ TARGET = 1.5
 def bench_nala(n: int, repeats: int, threads: int) -> int:
     import torch
 
-    from attnbench.bench.timing import round_robin
+    from attnbench.measure.timing import round_robin
     from attnbench.kernels import nala_feature_map_reference
     from attnbench.ops.nala_map import nala_feature_map_blocked
 
@@ -87,9 +87,9 @@ def bench_nala(n: int, repeats: int, threads: int) -> int:
 
 
 def compile_check(archs: list[int], quick: bool, only: str = "", fla: bool = True, verbose: bool = False) -> int:
-    """``attnbench.kernels.aot`` for each arch: the table, and 1 if any configuration fails."""
+    """``attnbench.checks.aot`` for each arch: the table, and 1 if any configuration fails."""
     os.environ.pop("TRITON_INTERPRET", None)  # the real compiler, before triton is imported
-    from attnbench.kernels import aot
+    from attnbench.checks import aot
 
     failed = 0
     for arch in archs:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     if not a.compile_check:   # the compile check measures no speed (and needs no torch threads)
         import torch
 
-        from attnbench.provenance import machine, machine_line
+        from attnbench.results.provenance import machine, machine_line
 
         if a.threads:
             torch.set_num_threads(a.threads)

@@ -5,7 +5,7 @@
 
 fp32, B = 1, H = 4, d = 64, forward and forward + backward. Per pair, the peer's parameters are transplanted into
 attnbench's mechanism (or the other way round), the outputs are checked to agree under the tolerance policy
-(:mod:`attnbench.tolerance`: attnbench's error against the peer in float64 at most 4x the peer's own float32
+(:mod:`attnbench.checks.tolerance`: attnbench's error against the peer in float64 at most 4x the peer's own float32
 error, plus the float32 floor), and only then both are timed, interleaved round by round; the ratio is
 peer / attnbench (above 1: attnbench is faster).
 
@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnbench
-from attnbench.bench.timing import round_robin
-from attnbench.verify import agreement
-from attnbench.provenance import machine, machine_line
+from attnbench.measure.timing import round_robin
+from attnbench.checks.verify import agreement
+from attnbench.results.provenance import machine, machine_line
 
 B, H, D = 1, 4, 64
 FAILED: list[str] = []

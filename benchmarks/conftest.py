@@ -46,7 +46,7 @@ def pytest_configure(config):
     if sources:  # registered (and exported to child processes) before the benchmarks are parametrized
         import pytest
 
-        from attnbench import plugins
+        from attnbench.api import plugins
 
         try:
             plugins.activate(sources)
@@ -55,9 +55,9 @@ def pytest_configure(config):
 
 
 def _machine(config) -> dict:
-    """:func:`attnbench.provenance.machine` with the benchmarks' thread count, measured once per session."""
+    """:func:`attnbench.results.provenance.machine` with the benchmarks' thread count, measured once per session."""
     if not hasattr(config, "attnbench_machine"):
-        from attnbench.provenance import machine
+        from attnbench.results.provenance import machine
 
         threads = int(config.attnbench_bench["threads"])
         config.attnbench_machine = machine(threads=threads or None)
@@ -66,7 +66,7 @@ def _machine(config) -> dict:
 
 def pytest_report_header(config):
     """The machine the benchmarks run on, at the top of the session (CPU, ISA, threads, fp32 matmul GFLOP/s)."""
-    from attnbench.provenance import machine_line
+    from attnbench.results.provenance import machine_line
 
     return machine_line(_machine(config))
 

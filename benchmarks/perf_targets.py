@@ -8,7 +8,7 @@
 4. nala bidirectional peak memory at N = 65536 vs the bytes of its inputs and output (child process, VmHWM).
 
 A timing is only taken after the mechanism's fast form agreed with its reference at a small shape (fp32,
-N = 7 and 129, under the tolerance policy of ``attnbench.tolerance``). A failed gate is reported, that timing
+N = 7 and 129, under the tolerance policy of ``attnbench.checks.tolerance``). A failed gate is reported, that timing
 (and the ratios built on it) is skipped, the rest runs, and the script exits 1 at the end.
 """
 
@@ -24,8 +24,8 @@ import time
 import torch
 
 import attnbench
-from attnbench.verify import verify
-from attnbench.provenance import machine_line
+from attnbench.checks.verify import verify
+from attnbench.results.provenance import machine_line
 from attnbench.ops import linear_attention_chunked, linear_attention_recurrent
 
 B, H, D = 1, 4, 64

@@ -2,7 +2,7 @@
 
 Every registered attention (or ``--attn-names``) at every N of ``--attn-seq`` (default 1k,4k; widen with
 ``--attn-seq 1k,4k,16k,64k`` or ``ATTNBENCH_BENCH_SEQ``). Each benchmark is gated: the resolved fast form must
-match ``module.reference`` at a small shape first (:func:`attnbench.verify.verify_resolved`), or the test fails
+match ``module.reference`` at a small shape first (:func:`attnbench.checks.verify.verify_resolved`), or the test fails
 without timing. Compare attentions within a group, and commits with the usual pytest-benchmark flags::
 
     pytest benchmarks --benchmark-autosave                 # save a run under .benchmarks/
@@ -18,10 +18,11 @@ import pytest
 import torch
 
 import attnbench
-from attnbench import provenance, registry
-from attnbench.bench.flops import count_flops
-from attnbench.bench.timing import MODES, make_step, parse_dtype
-from attnbench.verify import verify_resolved
+from attnbench.results import provenance
+from attnbench.api import registry
+from attnbench.measure.flops import count_flops
+from attnbench.measure.timing import MODES, make_step, parse_dtype
+from attnbench.checks.verify import verify_resolved
 from attnbench.suites.scaling.config import parse_seq_list, task_name
 
 

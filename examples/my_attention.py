@@ -20,8 +20,8 @@ Use it with any command that takes ``--attn``::
 
 or export ``ATTNBENCH_PLUGINS=examples/my_attention.py``. In your own tests::
 
-    import attnbench.testing
-    attnbench.testing.check_attention("my_window")
+    import attnbench.checks.contract
+    attnbench.checks.contract.check_attention("my_window")
 """
 
 from __future__ import annotations

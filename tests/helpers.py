@@ -1,4 +1,4 @@
-"""Test helpers: thin wrappers around the one tolerance policy (:mod:`attnbench.tolerance`), and small shared
+"""Test helpers: thin wrappers around the one tolerance policy (:mod:`attnbench.checks.tolerance`), and small shared
 helpers.
 
 A fast form's error against the float64 reference may be at most ``MULTIPLE`` times the error the reference itself
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.tolerance import compare
+from attnbench.checks.tolerance import compare
 
 
 def max_err(a: torch.Tensor, b: torch.Tensor) -> float:

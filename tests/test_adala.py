@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("adala")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -81,7 +84,7 @@ def env(tmp_path_factory):
     """Preset files, and one CLI run (``--stages 1,2,3``) that trains the teacher and the from-scratch model."""
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     d = tmp_path_factory.mktemp("adala")
     (d / "vision.toml").write_text(VISION)
@@ -94,9 +97,9 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def parts(env):
-    from attnbench.suites.adala.config import load_preset
     from attnbench.image.classify import load_splits
     from attnbench.image.teacher import get_teacher
+    from attnbench.suites.adala.config import load_preset
 
     pre = load_preset(env["dir"] / "adala.toml")
     vpre = pre.load_vision()
@@ -107,7 +110,7 @@ def parts(env):
 
 
 def _student(parts, name="linear"):
-    from attnbench.spec import parse_spec
+    from attnbench.api.spec import parse_spec
     from attnbench.suites.adala.pipeline import build_student
 
     pre, vpre, splits, teacher = parts
@@ -115,8 +118,8 @@ def _student(parts, name="linear"):
 
 
 def _stage(parts, k, student, tmp_path, **kw):
+    from attnbench.engine.train.dist import Dist
     from attnbench.suites.adala.pipeline import run_stage
-    from attnbench.train import Dist
 
     pre, vpre, splits, teacher = parts
     return run_stage(k, student, teacher, pre, vpre, splits, seed=0, device=torch.device("cpu"), dist=Dist(),
@@ -124,7 +127,7 @@ def _stage(parts, k, student, tmp_path, **kw):
 
 
 def test_end_to_end_cli_records(env):
-    from attnbench.store import Store
+    from attnbench.results.store import Store
 
     res = env["result"]
     assert res.exit_code == 0, res.output
@@ -151,8 +154,8 @@ def test_end_to_end_cli_records(env):
 def test_ablation_reuses_teacher_and_records_stage_sets(env):
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
-    from attnbench.store import Store
+    from attnbench.cli.main import app
+    from attnbench.results.store import Store
 
     res = CliRunner().invoke(app, ["run", "adala", "--preset", str(env["dir"] / "adala.toml"), "--attn", "linear",
                                    "--ablation", "--no-scratch", "--db", env["db"], "--out", env["out"]])
@@ -204,9 +207,9 @@ def test_attention_loss_is_eq3_with_teacher_forcing(parts):
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_each_stage_lowers_its_own_loss(parts, tmp_path, k):
-    from attnbench.suites.adala.pipeline import AlignNet, FeatureNet, attention_loss, feature_loss, mean_loss
+    from attnbench.engine.train.dist import Dist
     from attnbench.image.classify import evaluate
-    from attnbench.train import Dist
+    from attnbench.suites.adala.pipeline import AlignNet, FeatureNet, attention_loss, feature_loss, mean_loss
 
     pre, vpre, splits, teacher = parts
     student = _student(parts)
@@ -233,7 +236,7 @@ def test_each_stage_lowers_its_own_loss(parts, tmp_path, k):
 
 
 def test_stage_options_and_presets(parts, tmp_path):
-    from attnbench.presets import PresetError
+    from attnbench.engine.presets import PresetError
     from attnbench.suites.adala.config import load_preset, parse_stages
     from attnbench.suites.adala.pipeline import final_features, stage1_frozen, stage3_config
 
@@ -262,8 +265,8 @@ def test_stage_options_and_presets(parts, tmp_path):
 
 def test_other_feature_map_student_and_heads_option(parts, tmp_path):
     """Any registered linear attention is a student (nala here); Eq. 3 before W_O trains too."""
+    from attnbench.engine.train.dist import Dist
     from attnbench.suites.adala.pipeline import AlignNet, attention_loss, mean_loss
-    from attnbench.train import Dist
 
     pre, vpre, splits, teacher = parts
     student = _student(parts, "nala")

@@ -1,4 +1,4 @@
-"""The ahead-of-time compile check (``attnbench.kernels.aot``): kernels compiled for sm_80 (A100) and sm_90 (H100)
+"""The ahead-of-time compile check (``attnbench.checks.aot``): kernels compiled for sm_80 (A100) and sm_90 (H100)
 on the CPU, no GPU. A compile error, a shared-memory or a register-file overflow fails; so does a register spill
 of attnbench's own kernels at these shapes (FLA's spills are reported, not failed: they are FLA's).
 
@@ -26,7 +26,10 @@ import pytest
 
 triton = pytest.importorskip("triton", reason="the compile check needs triton (pip install 'attnbench[gpu]')")
 
-from attnbench.kernels import aot  # noqa: E402
+from attnbench.checks import aot  # noqa: E402
+
+# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("aot")
 
 OWN_KERNELS = {"_fwd_kernel", "_bwd_dq_kernel", "_bwd_dk_kernel", "_bwd_dv_kernel", "_nala_fwd_kernel",
                "_nala_bwd_kernel", "_l1_fwd_kernel", "_l1_bwd_x_kernel", "_l1_bwd_y_kernel", "_ns_step_kernel"}
@@ -37,7 +40,7 @@ FLA_SHAPES = ("340m deltanet nala K=256 V=128", "340m gdn K=256 V=512")
 _SCRIPT = """
 import dataclasses, json, sys, time, warnings
 warnings.simplefilter("ignore")
-from attnbench.kernels import aot
+from attnbench.checks import aot
 FLA_KERNEL = %r
 out = {}
 for arch in (80, 90):
@@ -111,7 +114,7 @@ def _invoke(args: list[str]):
     real compiler): CliRunner's ``env`` restores the test session's value afterwards."""
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     before = os.environ.get("TRITON_INTERPRET")
     res = CliRunner().invoke(app, args, env={"TRITON_INTERPRET": before, "COLUMNS": "250"})

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import attnbench
-from attnbench import AttnbenchError, ShapeError, UnsupportedError, registry
+from attnbench import AttnbenchError, ShapeError, UnsupportedError
+from attnbench.api import registry
 from attnbench.attention.performer import PerformerAttention
 from attnbench.attention.skyformer import gaussian_kernel
 from attnbench.ops.nystrom import (iterative_pinv, pinv_reference, segment_bounds, segment_means,

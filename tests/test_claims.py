@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.registry import build
-from attnbench.spec import parse_spec
+from attnbench.api.registry import build
+from attnbench.api.spec import parse_spec
 from attnbench.suites.claims import checks as claims_checks
 from attnbench.suites.claims.criteria import Criterion, Statistic, spearman, spearman_pooled
 from attnbench.suites.claims.inputs import TeacherRef
@@ -275,7 +275,7 @@ def test_checks_have_unique_names_defaults_that_build_and_settings_checked():
 def test_run_records_verdicts_skips_real_inputs_without_a_teacher_and_resumes(tmp_path):
     from rich.console import Console
 
-    from attnbench.store import Store
+    from attnbench.results.store import Store
     from attnbench.suites.claims.runner import run_claims
 
     db, out = str(tmp_path / "c.db"), tmp_path / "fig"
@@ -290,7 +290,7 @@ def test_run_records_verdicts_skips_real_inputs_without_a_teacher_and_resumes(tm
     assert recs["real"].status == "skipped" and "attnbench run vision" in recs["real"].metrics["reason"]
     again = run_claims(only="nala-nonneg", db=db, out=str(out), console=console, progress=False)
     assert all(o.skipped for o in again.outcomes)  # finished cells are not measured twice
-    from attnbench import tables
+    from attnbench.views import tables
 
     text = Console(record=True, width=250)
     tables.table("claims", db=db, console=text, fmt="markdown", committed=False)
@@ -315,7 +315,7 @@ def test_attn_filter_keeps_the_mechanisms_each_check_accepts():
 def test_bad_names_are_one_line_errors():
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     res = CliRunner().invoke(app, ["run", "claims", "--only", "nala-entropyy"])
     assert res.exit_code == 2 and "did you mean 'nala-entropy'" in res.output and "Traceback" not in res.output

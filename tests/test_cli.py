@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench.cli import app
+from attnbench.cli.main import app
 
 runner = CliRunner()
 
@@ -85,7 +85,7 @@ def test_help_shows_plain_flags_without_a_type_label():
 
 
 def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
-    from attnbench.store import Store
+    from attnbench.results.store import Store
 
     db = tmp_path / "mine.db"
     with Store(db) as s:
@@ -101,9 +101,9 @@ def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
 
 
 def test_the_list_catalogue_equals_the_live_registry():
-    from attnbench import catalog
+    from attnbench.api import catalog
 
-    assert catalog.load() == catalog.live(), "attnbench/catalog.json is stale: run `python -m attnbench.catalog`"
+    assert catalog.load() == catalog.live(), "attnbench/catalog.json is stale: run `python -m attnbench.api.catalog`"
 
 
 @pytest.mark.parametrize("args, expect", [(["--help"], "run"), (["run", "--help"], "lra"),
@@ -112,7 +112,7 @@ def test_help_and_list_answer_without_importing_torch(args, expect):
     import subprocess
     import sys
 
-    code = ("import sys; from typer.testing import CliRunner; import attnbench.cli as c; "
+    code = ("import sys; from typer.testing import CliRunner; import attnbench.cli.main as c; "
             f"r = CliRunner().invoke(c.app, {args!r}); assert r.exit_code == 0 and {expect!r} in r.output, r.output; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -124,7 +124,7 @@ def test_help_and_list_answer_without_importing_torch(args, expect):
 def test_check_formats_keep_every_number_whole(monkeypatch):
     import json
 
-    from attnbench import verify
+    from attnbench.checks import verify
 
     rows = [verify.Verdict("mirrorla_cross_head_variance_aware", True, "triton", 1023, "float32",
                            fwd_err=2.2345e-7, bwd_err=1.9876e-6, bound=4.4e-6, status="ok", ref_err=3.1e-8,
@@ -163,7 +163,7 @@ def test_lra_data_dir_that_does_not_exist_is_one_line_and_records_nothing(tmp_pa
 
 
 def test_an_lra_run_with_no_data_for_any_task_fails_and_is_recorded_failed(tmp_path):
-    from attnbench.store import Store
+    from attnbench.results.store import Store
 
     (tmp_path / "empty").mkdir()
     db = tmp_path / "x.db"
@@ -178,7 +178,7 @@ def test_an_lra_run_with_no_data_for_any_task_fails_and_is_recorded_failed(tmp_p
 def test_run_claims_writes_no_committed_file(tmp_path):
     import subprocess
 
-    from attnbench.store import Store, project_root
+    from attnbench.results.store import Store, project_root
 
     root = project_root()
     before = subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=root, capture_output=True,
@@ -217,7 +217,7 @@ def test_no_library_progress_bars_when_stderr_is_not_a_terminal(monkeypatch):
     import subprocess
     import sys
 
-    code = ("import os, attnbench.clikit; from tqdm import tqdm; "
+    code = ("import os, attnbench.cli.kit; from tqdm import tqdm; "
             "print(os.environ.get('TQDM_DISABLE'), tqdm(range(1)).disable)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={k: v for k, v in __import__("os").environ.items() if k != "TQDM_DISABLE"})
@@ -232,3 +232,18 @@ def test_no_library_progress_bars_when_stderr_is_not_a_terminal(monkeypatch):
                         seen.setdefault("disable_tqdm", disable_tqdm) and [])
     AttnbenchLM.loglikelihood(object.__new__(AttnbenchLM), [])     # lm-eval passes disable_tqdm=False itself
     assert seen == {"disable_tqdm": not sys.stderr.isatty()}        # captured by pytest: not a terminal
+
+
+def test_table_names_each_reported_table_in_one_line_and_prints_them_whole_on_request():
+    from attnbench.suites.vision.leaderboard import _reported
+
+    titles = [t[0].split(" — ")[0] for t in _reported()]
+    short = runner.invoke(app, ["table", "vision"], env={"COLUMNS": "80"})
+    assert short.exit_code == 0, short.output
+    assert f"{len(titles)} reported table(s)" in short.output and "--reported" in short.output
+    for t in titles:
+        assert sum(t in ln for ln in short.output.splitlines()) == 1, t   # one line each, no rows
+    assert "Published numbers, not measured by attnbench" not in short.output
+    whole = runner.invoke(app, ["table", "vision", "--reported"], env={"COLUMNS": "80"})
+    assert whole.exit_code == 0 and whole.output.count("Published numbers, not measured by attnbench") == len(titles)
+    assert len(short.output.splitlines()) < len(whole.output.splitlines()) / 3

@@ -7,15 +7,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import compare
-from attnbench.cli import app
-from attnbench.store import Store
+from attnbench.views import compare
+from attnbench.cli.main import app
+from attnbench.results.store import Store
 
 TIMED = [("softmax", 1024, 0.0100), ("softmax", 2048, 0.0400), ("nala", 1024, 0.0030), ("nala", 2048, 0.0061)]
 
 
 def _timing(t: float, slow: float = 1.0) -> dict:
-    """A timing record's metrics (attnbench.bench.timing.TimingStats.as_metrics): 50 repeats, IQR 2% of the
+    """A timing record's metrics (attnbench.measure.timing.TimingStats.as_metrics): 50 repeats, IQR 2% of the
     median."""
     t *= slow
     return {"time_median_s": t, "time_q25_s": 0.99 * t, "time_q75_s": 1.01 * t, "time_iqr_s": 0.02 * t,

@@ -1,7 +1,7 @@
 """Contract tests over the whole registry: a new mechanism is covered by its registration line alone.
 
-The clauses live in :mod:`attnbench.testing` (one place: ``attnbench check`` runs the same on a plug-in, and a
-plug-in's own tests call ``attnbench.testing.check_attention``); here each clause is one test per mechanism and form.
+The clauses live in :mod:`attnbench.checks.contract` (one place: ``attnbench check`` runs the same on a plug-in, and a
+plug-in's own tests call ``attnbench.checks.contract.check_attention``); here each clause is one test per mechanism and form.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnbench
-from attnbench import testing
+from attnbench.checks import contract as testing
 
 
 def forms():
@@ -133,7 +133,7 @@ def triton_forms():
 def test_triton_impl_matches_reference_interpreted(name, causal):
     """Each form's Triton path, run by Triton's interpreter in fp32 (conftest sets TRITON_INTERPRET=1),
     forward and backward."""
-    from attnbench.verify import verify
+    from attnbench.checks.verify import verify
 
     for n in (7, 45):
         r = verify(name, causal=causal, impl="triton", seq_len=n, dtype=torch.float32)

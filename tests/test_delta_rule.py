@@ -18,7 +18,7 @@ from attnbench.ops.delta import (
     delta_rule_recurrent,
     resolve_delta_impl,
 )
-from attnbench.protocol import ShapeError, UnknownNameError, UnsupportedError
+from attnbench.core.protocol import ShapeError, UnknownNameError, UnsupportedError
 
 from .helpers import assert_matches_fp64, assert_within_policy, max_err, scale_of
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import registry
-from attnbench.errors import UnknownNameError
+from attnbench.api import suites as suite_registry
+from attnbench.api.spec import parse_spec
+from attnbench.core.errors import UnknownNameError
 from attnbench.models import BlockOptions, TransformerStack
-from attnbench.spec import parse_spec
-from attnbench.store import Store
+from attnbench.results.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_the_depthwise_conv_on_v_changes_the_output_only_when_on():
 
 # --- suites as plug-ins ----------------------------------------------------------------------------------------
 def test_the_core_never_imports_or_names_a_suite():
-    suites = registry.suite_names()
+    suites = suite_registry.suite_names()
     assert {"lra", "scaling"} <= set(suites)
     for path in sorted((ROOT / "attnbench").rglob("*.py")):
         code = ast.parse(path.read_text())
@@ -79,27 +79,27 @@ def test_the_core_never_imports_or_names_a_suite():
 def test_a_new_suite_is_one_registration(tmp_path, monkeypatch):
     import typer
 
-    from attnbench import tables
+    from attnbench.views import tables
 
     calls = []
 
     def run(x: int = typer.Option(1, "--x")) -> None:
         calls.append(x)
 
-    suite = registry.register_suite(registry.Suite(name="toy-suite", help="a toy suite", run=run))
+    suite = suite_registry.register_suite(suite_registry.Suite(name="toy-suite", help="a toy suite", run=run))
     try:
-        assert registry.get_suite("toy-suite") is suite and tables.view_of("toy-suite") is tables.GENERIC
+        assert suite_registry.get_suite("toy-suite") is suite and tables.view_of("toy-suite") is tables.GENERIC
         with pytest.raises(UnknownNameError, match="did you mean 'toy-suite'"):
-            registry.get_suite("toy-suit")
+            suite_registry.get_suite("toy-suit")
         import importlib
 
-        import attnbench.cli as cli_mod
+        import attnbench.cli.main as cli_mod
 
         cli_mod = importlib.reload(cli_mod)  # the CLI adds the commands of every registered suite
         res = CliRunner().invoke(cli_mod.app, ["run", "toy-suite", "--x", "3"])
         assert res.exit_code == 0, res.output and calls == [3]
     finally:
-        registry._SUITES.pop("toy-suite")
+        suite_registry._SUITES.pop("toy-suite")
 
 
 # --- the generic CLI pieces through LRA -------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def preset(tmp_path):
 
 def _cli(*args, cwd):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "attnbench.cli.main", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -203,8 +203,8 @@ class _Killed(BaseException):
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
 def test_a_damaged_lra_checkpoint_is_one_line_and_force_recovers(tmp_path, preset, damage):
+    from attnbench.engine.train.trainer import TrainHooks
     from attnbench.suites.lra.train import run_lra
-    from attnbench.train import TrainHooks
 
     def kill(task, attn):
         def hook(step, loss):

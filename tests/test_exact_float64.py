@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import attnbench
-from attnbench import registry
+from attnbench.api import registry
 from attnbench.attention.base import FeatureMapAttention
 from attnbench.kernels import kernels_available
 
@@ -208,7 +208,7 @@ def test_forward_and_gradients_equal_the_formula_without_eps(name, opts, causal,
 
 @pytest.mark.parametrize("name,opts,causal", [c for c in cases() if c.values[1] == {}])
 def test_float32_within_policy_of_the_formula(name, opts, causal):
-    """float32, every CPU form: the formula's own float32 error is the ruler (attnbench.tolerance)."""
+    """float32, every CPU form: the formula's own float32 error is the ruler (attnbench.checks.tolerance)."""
     attn64, attn32 = make(name, opts, causal), make(name, opts, causal, torch.float32)
     for kind in ("gaussian", "orthogonal"):
         q, k, v = inputs(kind)

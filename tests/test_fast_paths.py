@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import attnbench
-from attnbench import testing
-from attnbench import registry
-from attnbench.bench.memory import TensorMemory
+from attnbench.checks import contract as testing
+from attnbench.api import registry
+from attnbench.measure.memory import TensorMemory
 from attnbench.ops import (linear_attention_bidirectional, linear_attention_blocked, linear_attention_chunked,
                            linear_attention_recomputed, linear_attention_recurrent, linear_attention_reference)
 from attnbench.ops.linear_attn import TokenMap
@@ -192,7 +192,7 @@ def _forms():
 def test_inference_path_matches_reference_fp64(name, causal):
     """Under no_grad the fast forms take other paths (features in place into reused block buffers, per-query
     factors dropped, permuted states): the same function as the reference, across several blocks (the contract's
-    clause, :func:`attnbench.testing.inference_matches_fp64`)."""
+    clause, :func:`attnbench.checks.contract.inference_matches_fp64`)."""
     problem = testing.inference_matches_fp64(name, causal)
     assert problem is None, problem
 

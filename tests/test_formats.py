@@ -1,4 +1,4 @@
-"""attnbench.formats: every pickle a reader opens goes through the safe unpickler (data, never code), and every
+"""attnbench.io.formats: every pickle a reader opens goes through the safe unpickler (data, never code), and every
 reader's bad file is one DataError line naming the file."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from attnbench import formats
-from attnbench.errors import DataError, DataMissingError
+from attnbench.io import formats
+from attnbench.core.errors import DataError, DataMissingError
 
 
 class _Planted:

@@ -14,13 +14,13 @@ import pytest
 import torch
 from rich.console import Console
 
-from attnbench.errors import AttnbenchError
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.train.trainer import TrainHooks
 from attnbench.models.lm import LMConfig, build_lm
-from attnbench.store import Store
+from attnbench.results.store import Store
 from attnbench.suites.lm.config import load_preset, parse_variants
 from attnbench.suites.lm.data import DataConfig, DataError, load_corpus
 from attnbench.suites.lm.train import run_lm
-from attnbench.train import TrainHooks
 
 QUIET = Console(file=open(os.devnull, "w"), width=200)
 VARIANTS = ("deltanet", "deltanet+nala", "gated_deltanet", "gated_deltanet+nala")
@@ -190,9 +190,9 @@ def test_run_lm_scores_its_checkpoints_with_lm_eval_and_the_table_joins_them(sma
     assert e.attention == "gated_deltanet+nala" and e.setting == "lm/tiny"
     assert 0 < scores["attnbench_heldout"]["bits_per_byte"] < 8
     assert 0 <= scores["attnbench_cloze"]["acc"] <= 1
-    from attnbench.tables import table
-
     import io
+
+    from attnbench.views.tables import table
 
     buf = io.StringIO()
     table("lm", db=str(work / "a.db"), setting="lm/tiny", fmt="markdown", committed=False,
@@ -262,7 +262,7 @@ def test_two_gloo_processes_match_one(tmp_path, small_preset, work):
         text = text.replace(a, b)
     toml.write_text(text)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    base = [sys.executable, "-m", "attnbench.cli", "run", "lm", "--attn", "deltanet", "--preset", str(toml),
+    base = [sys.executable, "-m", "attnbench.cli.main", "run", "lm", "--attn", "deltanet", "--preset", str(toml),
             "--out", str(work / "dist")]   # one corpus cache for both
     one = subprocess.run(base + ["--db", str(tmp_path / "one.db")], env=env, capture_output=True, text=True,
                          timeout=600)
@@ -277,7 +277,7 @@ def test_two_gloo_processes_match_one(tmp_path, small_preset, work):
 
 # --- bad input ---------------------------------------------------------------------------------------------
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "attnbench.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
@@ -322,7 +322,7 @@ def test_local_jsonl_corpora_go_through_datasets(tmp_path):
 
 
 def test_a_variant_past_flas_key_limit_is_refused_on_cuda_before_any_work():
-    from attnbench.errors import AttnbenchError
+    from attnbench.core.errors import AttnbenchError
     from attnbench.suites.lm.config import load_preset
     from attnbench.suites.lm.train import _check_fla_shapes
 

@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("lm_eval")
+
 pytest.importorskip("lm_eval")
 pytest.importorskip("tokenizers")
 
@@ -315,7 +318,7 @@ def cli_app():
 def test_eval_command_records_and_skips(cli_app, checkpoint, tmp_path):
     from typer.testing import CliRunner
 
-    from attnbench.store import Store
+    from attnbench.results.store import Store
 
     db = str(tmp_path / "s.db")
     runner = CliRunner()

@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from attnbench.errors import DataError, DataMissingError
-from attnbench.protocol import UnknownNameError
+from attnbench.core.errors import DataError, DataMissingError
+from attnbench.core.protocol import UnknownNameError
 from attnbench.suites.lra import data as D
 from attnbench.suites.lra import generate as G
 

@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import torch
 from rich.console import Console
-
-import attnbench
 from typer.testing import CliRunner
 
-from attnbench.store import Store
-from attnbench.train import TrainHooks, TrainOrder, step_seed
+import attnbench
+from attnbench.engine.train.trainer import TrainHooks, TrainOrder, step_seed
+from attnbench.results.store import Store
 from attnbench.suites.lra import config as C
 from attnbench.suites.lra import train as T
 from attnbench.suites.lra.model import LRAClassifier, LRADualClassifier, build_model, masked_mean
@@ -248,7 +247,7 @@ def test_preset_loader_rejects_wrong_types_and_generators_for_real_only_tasks(tm
 
 def test_every_task_end_to_end_and_the_leaderboard(tmp_path):
     """listops + pathfinder generated; text, retrieval, image read from real-format files; via the CLI."""
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     data = write_real_data(tmp_path / "data")
     preset = write_preset(tmp_path / "p.toml", steps=3, eval_every=3)
@@ -373,7 +372,7 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     preset = write_preset(tmp_path / "p.toml", steps=6, eval_every=3, dropout=0.0)
     one = _run(tmp_path, "one", preset).outcomes[0]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "attnbench.cli", "run", "lra", "--attn", "softmax", "--tasks", "listops",
+    cmd = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "softmax", "--tasks", "listops",
            "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -399,14 +398,14 @@ def test_train_order_and_sharding_are_deterministic():
 
 
 def test_reported_tables_cite_the_paper_not_a_file_outside_the_repository():
-    from attnbench.reported import load_dir
+    from attnbench.results.reported import load_dir
 
     for table in load_dir(Path(__file__).resolve().parents[1] / "suites" / "lra" / "reported"):
         assert "papers/notes" not in table.cite and "arXiv 2506.21137" in table.cite
 
 
 def test_accuracy_cells_carry_their_interval_and_significance_marks():
-    from attnbench.stats import seed_stats, two_proportion_p, wilson_interval
+    from attnbench.results.stats import seed_stats, two_proportion_p, wilson_interval
     from attnbench.suites.lra.leaderboard import _fmt_cell
 
     lo, hi = wilson_interval(0.5, 100)
@@ -436,8 +435,8 @@ def test_data_dir_without_preset_says_which_preset_runs(tmp_path, monkeypatch):
 
 
 def test_memory_below_resolution_is_none_with_a_reason_never_zero(monkeypatch):
-    from attnbench.bench.memory import PeakRSS
-    from attnbench.train.memory import PeakMeter
+    from attnbench.measure.memory import PeakRSS
+    from attnbench.measure.peak import PeakMeter
 
     if not PeakRSS.available():
         pytest.skip("no /proc/self/status")

@@ -12,10 +12,10 @@ import pytest
 import torch
 from rich.console import Console
 
-from attnbench.errors import AttnbenchError
+from attnbench.core.errors import AttnbenchError
 from attnbench.models.vit import build_vit, load_pretrained
-from attnbench.spec import parse_spec
-from attnbench.store import Store
+from attnbench.api.spec import parse_spec
+from attnbench.results.store import Store
 from attnbench.suites.mixa import score as S
 from attnbench.suites.mixa.config import load_preset
 from attnbench.suites.mixa.train import kd_loss, run_mixa
@@ -191,7 +191,7 @@ def test_the_tiny_pipeline_records_teacher_mixa_and_controls(tmp_path):
 
 def test_the_cli_refuses_a_k_beyond_the_layers_in_one_line(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
-    p = subprocess.run([sys.executable, "-m", "attnbench.cli", "run", "mixa", "--k", "5", "--db",
+    p = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "mixa", "--k", "5", "--db",
                         str(tmp_path / "m.db")], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "k must be an integer from 0 to the number of layers (4), got 5" in p.stdout
     assert "Traceback" not in p.stdout + p.stderr

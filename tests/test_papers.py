@@ -207,7 +207,7 @@ def test_laplacian_readings_fast_forms_match_reference(reading):
     reference, forward and backward, at an odd length (1 + 6 x 6 tokens: a class token and a patch grid)."""
     from attnbench.kernels import kernels_available
 
-    from attnbench.verify import forward_backward
+    from attnbench.checks.verify import forward_backward
 
     from .helpers import assert_matches_fp64, assert_within_policy
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench import plugins, registry
-from attnbench.plugins import PluginError
+from attnbench.api import plugins, registry
+from attnbench.api.plugins import PluginError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_attention.py"
@@ -33,9 +33,10 @@ def fresh(monkeypatch):
     registry._ensure_loaded()
     monkeypatch.setattr(registry, "_ATTENTIONS", dict(registry._ATTENTIONS))
     monkeypatch.setattr(registry, "_FEATURE_MAPS", dict(registry._FEATURE_MAPS))
-    for name in ("_LOADED", "_BY_MODULE", "_REGISTERED"):
-        monkeypatch.setattr(plugins, name, dict(getattr(plugins, name)))
-    monkeypatch.setattr(plugins, "_LOADING", [])
+    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
+    for name in ("_BY_MODULE", "_REGISTERED"):   # the registry's bookkeeping of where each class came from
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+    monkeypatch.setattr(registry, "_LOADING", [])
     monkeypatch.setattr(plugins, "_ENTRY_POINTS_DONE", True)
     monkeypatch.setenv(plugins.ENV, "")
     monkeypatch.setattr(plugins, "_ENV_DONE", "")
@@ -183,8 +184,8 @@ def test_a_class_that_misses_the_protocol_says_what_is_missing(fresh, tmp_path):
 
 # --- provenance: the source hash is part of the cell's identity -------------------------------------------------------
 def test_point_identity_carries_the_plugin_hash_and_builtins_do_not_change(fresh, tmp_path):
-    from attnbench.provenance import config_hash
-    from attnbench.store import point_hash
+    from attnbench.results.provenance import config_hash
+    from attnbench.results.store import point_hash
 
     kw = dict(suite="scaling", setting="s", task="t", options={}, params={"n": 1}, dtype="fp32", device="cpu")
     plain = {k: v for k, v in kw.items()}
@@ -226,10 +227,10 @@ def readme_section() -> str:
 
 
 def test_the_readme_test_snippet_runs_the_example_through_the_pytest_helper(fresh):
-    """The README section's test file, as written: the example meets the contract through attnbench.testing."""
+    """The README section's test file, as written: the example meets the contract through attnbench.checks.contract."""
     section = readme_section()
     snippet = section.split("```python\n")[2].split("```")[0]
-    assert "attnbench.testing.check_attention" in snippet and "examples/my_attention.py" in snippet
+    assert "attnbench.checks.contract.check_attention" in snippet and "examples/my_attention.py" in snippet
     fresh.chdir(ROOT)
     namespace: dict = {}
     exec(compile(snippet, "README.md", "exec"), namespace)
@@ -250,8 +251,8 @@ def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_
     mechanism, the form and the impl; the pytest helper fails the same way."""
     from typer.testing import CliRunner
 
-    import attnbench.testing
-    from attnbench.cli import app
+    import attnbench.checks.contract
+    from attnbench.cli.main import app
 
     bad = write(tmp_path / "planted.py", sdpa_attention("planted", broken=True))
     result = CliRunner().invoke(app, ["check", "--plugin", str(bad), "--attn", "planted", "--format", "md"])
@@ -262,7 +263,7 @@ def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_
     assert any("no look-ahead" in ln for ln in lines)
     assert not any("[bidir]" in ln for ln in result.output.splitlines() if ln.startswith("FAIL"))
     with pytest.raises(pytest.fail.Exception, match="planted \\[causal\\] no look-ahead"):
-        attnbench.testing.check_attention("planted")
+        attnbench.checks.contract.check_attention("planted")
     good = CliRunner().invoke(app, ["list", "--plugin", str(EXAMPLE), "--format", "json"])
     assert good.exit_code == 0 and '"my_window"' in good.output and str(EXAMPLE) in good.output
 
@@ -296,13 +297,13 @@ def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path):
 
 # --- every process of a run loads the plug-in -------------------------------------------------------------------------
 def _child_names(payload):
-    from attnbench import registry as reg
+    from attnbench.api import registry as reg
 
     return {"names": reg.names(), "out": reg.build(payload, heads=2, head_dim=8)(*torch.ones(3, 1, 2, 3, 8)).shape}
 
 
 def test_children_see_the_plugin_without_a_flag(fresh, tmp_path):
-    from attnbench.bench.isolation import run_in_child
+    from attnbench.measure.isolation import run_in_child
 
     src = shutil.copy(EXAMPLE, tmp_path / "my_attention.py")
     plugins.activate([str(src)])
@@ -355,7 +356,7 @@ def _cli(args, *, cwd, env=None, timeout=300):
     base = {k: v for k, v in os.environ.items() if k != plugins.ENV}
     env = {**base, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "attnbench.cli.main", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
     return proc
 

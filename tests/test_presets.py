@@ -1,4 +1,4 @@
-"""The shared preset loader (attnbench/presets.py) and every suite's built-in presets.
+"""The shared preset loader (attnbench/engine/presets.py) and every suite's built-in presets.
 
 The pins below are each built-in preset's key, identity hash and loaded content as they were before the loaders
 were unified: a changed identity hash would make every user's store re-run its cells and detach the committed
@@ -12,7 +12,7 @@ import importlib
 
 import pytest
 
-from attnbench import provenance
+from attnbench.results import provenance
 
 # (suite, preset): (key, identity hash, content hash of the loaded dataclass without its path). Scaling presets had
 # no key before: their setting was "scaling/<name>", what the key is now.
@@ -77,8 +77,8 @@ def test_built_in_presets_keep_their_key_and_identity_hash(suite, name):
 from importlib import resources  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from attnbench.errors import UnknownNameError  # noqa: E402
-from attnbench.presets import PresetError, resolve_reference  # noqa: E402
+from attnbench.core.errors import UnknownNameError  # noqa: E402
+from attnbench.engine.presets import PresetError, resolve_reference  # noqa: E402
 
 
 def _builtin_text(suite: str, name: str) -> str:
@@ -156,7 +156,7 @@ def test_a_presets_own_checks_are_reported_with_its_file(tmp_path):
 
 def test_no_suite_imports_another_suite():
     """Suites import the core, never each other: a preset naming another suite's preset loads it through that
-    suite's registered ``load_preset`` (:func:`attnbench.presets.load_suite_preset`)."""
+    suite's registered ``load_preset`` (:func:`attnbench.engine.presets.load_suite_preset`)."""
     import ast
 
     root = Path(__file__).parents[1] / "suites"

@@ -12,10 +12,10 @@ import random
 import pytest
 from rich.console import Console
 
-from attnbench import registry
-from attnbench import tables as tbl
-from attnbench.errors import AttnbenchError
-from attnbench.store import Store, import_records, ingest, read_jsonl, write_jsonl
+from attnbench.api import suites as suite_registry
+from attnbench.views import tables as tbl
+from attnbench.core.errors import AttnbenchError
+from attnbench.results.store import Store, import_records, ingest, read_jsonl, write_jsonl
 from attnbench.suites.scaling import leaderboard as scaling_leaderboard
 from attnbench.suites.scaling.ingest import ingest_pytest_benchmark
 
@@ -193,7 +193,7 @@ def test_ingest_pytest_benchmark(tmp_db, tmp_path):
 def test_ingest_cli(tmp_db, tmp_path):
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     f = tmp_path / "pb.json"
     f.write_text(json.dumps(PB))
@@ -222,10 +222,10 @@ def test_generic_view_for_other_suites(tmp_db):
 def test_view_comes_from_the_suite_registry_and_the_core_names_no_suite():
     import inspect
 
-    from attnbench import store
+    from attnbench.results import store
 
     assert tbl.view_of("scaling").plot is scaling_leaderboard.plot_scaling
-    assert registry.get_suite("scaling").ingest is not None
+    assert suite_registry.get_suite("scaling").ingest is not None
     assert tbl.view_of("demo") is tbl.GENERIC                       # records of an unregistered suite
     for module in (tbl, store):
         assert "scaling" not in inspect.getsource(module), module.__name__
@@ -318,7 +318,7 @@ def test_ingest_errors_name_the_file(tmp_db, tmp_path):
 def test_ingest_cli_bad_file_is_one_line_naming_it(tmp_db, tmp_path):
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     bad = tmp_path / "bad.json"
     bad.write_text("not json at all")
@@ -391,7 +391,7 @@ def test_every_table_is_whole_at_80_columns_and_when_piped(suite, whose, tmp_db)
 
     def show(console):
         if whose == "committed":
-            tbl.table(suite, console=console)
+            tbl.table(suite, console=console, reported=True)
         else:
             tbl.print_tables(suite, sources, console=console)
 
@@ -455,7 +455,7 @@ def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
     eff = [t for t in mine if t[0].startswith("LRA efficiency")]
     assert eff and recs[0].device_name in eff[0][0]
     # a run whose process measured its machine (every `attnbench run`) records the GFLOP/s; the titles show it
-    from attnbench.store import Run
+    from attnbench.results.store import Run
 
     run = Run("r", "lra", "lra/tiny", "attnbench", {}, {"device": "cpu", "device_name": "Some CPU",
                                                           "host": {"machine": {"matmul_fp32_gflops": 214.4}}}, "now")

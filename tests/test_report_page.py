@@ -21,8 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import registry, reportpage, tables
-from attnbench.errors import AttnbenchError, UnknownNameError
+from attnbench.api import suites as suite_registry
+from attnbench.views import report as reportpage, tables
+from attnbench.core.errors import AttnbenchError, UnknownNameError
+
+# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("report_page")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -38,7 +42,7 @@ INSTALL = ("the report page is tested in a real headless browser: install it wit
 
 def committed_suites() -> list[str]:
     """Registered suites with committed reference results (what the page of the committed results must show)."""
-    return [s for s in registry.suite_names() if tables.reference_files(s)]
+    return [s for s in suite_registry.suite_names() if tables.reference_files(s)]
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +213,7 @@ def test_report_bad_input(tmp_path):
 def test_report_command(tmp_path):
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["report", "--out", str(tmp_path / "r.html"), "--suite", "lraa", "--no-store"])
@@ -225,7 +229,7 @@ def test_report_command(tmp_path):
 def test_provenance_of_a_table():
     """A table's provenance: each machine with the GFLOP/s measured on it, commits with the dirty flag, packages;
     only the records of the setting its title names."""
-    from attnbench.store import Measurement
+    from attnbench.results.store import Measurement
 
     def rec(setting, name, gflops, commit, dirty):
         metrics = {"matmul_fp32_gflops": gflops} if gflops else {}

@@ -1,4 +1,4 @@
-"""The papers' reported numbers: data files in one schema (attnbench/reported.py), rendered by one function.
+"""The papers' reported numbers: data files in one schema (attnbench/results/reported.py), rendered by one function.
 
 The fixture ``data/reported_at_22bbe03.json`` holds the tables as the Python modules they replaced rendered them
 (suites/{vision,lra,lm}/reported.py at commit 22bbe03): every number, header and caption must survive the move.
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import reported as R
+from attnbench.results import reported as R
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((Path(__file__).with_name("data") / "reported_at_22bbe03.json").read_text(encoding="utf-8"))

@@ -1,5 +1,5 @@
-"""The options every suite's ``run`` shares: declared once (:func:`attnbench.clikit.run_command`), the same on every
-suite's command, parsed into one :class:`attnbench.runctx.RunOptions`, and carried to the run (``--threads`` into
+"""The options every suite's ``run`` shares: declared once (:func:`attnbench.cli.kit.run_command`), the same on every
+suite's command, parsed into one :class:`attnbench.engine.context.RunOptions`, and carried to the run (``--threads`` into
 every record, ``--nproc`` to torchrun, ``--launcher`` to the job launcher, ``--plugin`` before any spec)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from attnbench import clikit
-from attnbench.cli import app
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions, run_options, work_dir
-from attnbench.store import Store
+from attnbench.cli import kit as clikit
+from attnbench.cli.main import app
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions, run_options, work_dir
+from attnbench.results.store import Store
 
 from .test_engine_cli import PRESET
 
@@ -137,8 +137,8 @@ def test_threads_is_set_for_the_run_and_reaches_every_record(tmp_path):
 
 
 def test_mixa_takes_nproc_and_launcher_to_torchrun_and_the_job_launcher(tmp_path, monkeypatch):
-    from attnbench import sweep
-    from attnbench.train import dist
+    from attnbench.engine import sweep
+    from attnbench.engine.train import dist
 
     db = tmp_path / "m.db"
     Store(db).close()  # the table printed after a launch reads it
@@ -163,7 +163,7 @@ def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path):
         pytest.skip("examples/my_attention.py not present")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
     env.pop("ATTNBENCH_PLUGINS", None)
-    args = [sys.executable, "-m", "attnbench.cli", "run", "lra", "--attn", "my_window,nalla", "--db",
+    args = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "my_window,nalla", "--db",
             str(tmp_path / "p.db"), "--out", str(tmp_path / "w")]
     without = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     with_plugin = subprocess.run(args + ["--plugin", str(example)], cwd=tmp_path, env=env, capture_output=True,

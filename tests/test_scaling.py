@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench import registry
-from attnbench.bench import isolation, memory
-from attnbench.spec import parse_specs
-from attnbench.store import Store
+from attnbench.api import registry
+from attnbench.measure import isolation, memory
+from attnbench.api.spec import parse_specs
+from attnbench.results.store import Store
 from attnbench.suites.scaling import config as scaling
 from attnbench.suites.scaling.config import Grid, PresetError, ScalingPreset, Timing, load_preset
 from attnbench.suites.scaling.measure import PointSpec, measure_point
@@ -148,7 +148,7 @@ def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_db, monkeypat
 
 
 def test_cli_end_to_end(tmp_path, monkeypatch):
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     db = tmp_path / "cli.db"
     monkeypatch.delenv("ATTNBENCH_DB", raising=False)
@@ -187,10 +187,10 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
 
 # --- a plug-in -------------------------------------------------------------------------------------------------------
 def test_registered_as_a_suite_without_importing_torch():
-    code = ("import sys; from attnbench import registry; s = registry.get_suite('scaling'); "
+    code = ("import sys; from attnbench.api import suites; s = suites.get_suite('scaling'); "
             "assert s.run is not None and s.view is not None and s.ingest is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
-            "from attnbench.cli import app; assert 'torch' not in sys.modules, 'torch imported by the CLI'")
+            "from attnbench.cli.main import app; assert 'torch' not in sys.modules, 'torch imported by the CLI'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -278,7 +278,7 @@ def test_rss_below_its_resolution_is_none_with_a_reason():
 
 # --- on the one sweep: shards, exit codes ------------------------------------------------------------------------
 def test_shards_cover_the_grid_once_and_merge(tmp_path):
-    from attnbench.store import ingest
+    from attnbench.results.store import ingest
 
     plan = plan_scaling(tiny(attentions=["softmax", "linear"], grid=[Grid(mode="fwd", seq=[32, 64, 128])]))
     hashes = []
@@ -297,7 +297,7 @@ def test_shards_cover_the_grid_once_and_merge(tmp_path):
 
 
 def test_cli_exit_code_when_a_point_fails(tmp_path, monkeypatch):
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     monkeypatch.setenv("ATTNBENCH_INJECT", "fail:linear:64")
     r = CliRunner().invoke(app, ["run", "scaling", "--preset", "tiny", "--db", str(tmp_path / "f.db"), "--attn",

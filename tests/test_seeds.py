@@ -1,5 +1,5 @@
-"""Seeds: a cell is (spec, task, seed); a leaderboard row is (spec, task) over its seeds (attnbench.tables.seed_rows,
-aggregate, fmt_seeds; attnbench.stats.SeedStats); ``attnbench show`` gives the command that makes a row again."""
+"""Seeds: a cell is (spec, task, seed); a leaderboard row is (spec, task) over its seeds (attnbench.views.tables.seed_rows,
+aggregate, fmt_seeds; attnbench.results.stats.SeedStats); ``attnbench show`` gives the command that makes a row again."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import stats, tables
-from attnbench.store import Measurement, Store, point_hash, read_jsonl
+from attnbench.results import stats
+from attnbench.views import tables
+from attnbench.results.store import Measurement, Store, point_hash, read_jsonl
 
 
 # --- the statistics -----------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_the_seed_is_in_the_identity_and_seed_0_keeps_the_legacy_one():
 
 
 def test_every_committed_record_keeps_its_identity():
-    from attnbench.tables import committed_records
+    from attnbench.views.tables import committed_records
 
     for suite in ("lra", "vision", "mixa", "adala", "lm"):
         for r in committed_records(suite):
@@ -111,7 +112,7 @@ def test_the_committed_seed_files_render_as_mean_and_seed_interval():
 
 
 def test_show_of_a_committed_row_prints_checkout_and_command(tmp_path):
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     res = CliRunner().invoke(app, ["show", "mixa", "mixa", "--db", str(tmp_path / "none.db")])
     assert res.exit_code == 0, res.output
@@ -155,7 +156,7 @@ max_length = 32
 
 def _cli(*args, cwd):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "attnbench.cli.main", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -187,8 +188,8 @@ def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_find
 
 
 def test_per_seed_runs_each_seed_as_its_own_run_and_merges():
-    from attnbench.runctx import RunOptions
-    from attnbench.sweep import Cell, CellResult, Outcome, SweepSummary, per_seed
+    from attnbench.engine.context import RunOptions
+    from attnbench.engine.sweep import Cell, CellResult, Outcome, SweepSummary, per_seed
 
     assert per_seed(RunOptions(seed=3), lambda o: None) is None  # one seed: the caller runs it
     seen = []

@@ -1,6 +1,6 @@
 """``run <suite> --smoke`` for lra, lm, scaling and claims through the CLI: each exits 0, prints the machine line
 first and the full run's cost; a broken pipeline (a planted failure) exits non-zero with one line and no traceback.
-Also the shared cost line and the stop-and-resume helper of :mod:`attnbench.smoke`.
+Also the shared cost line and the stop-and-resume helper of :mod:`attnbench.engine.smoke`.
 
 Covered here: lra ``tiny`` and ``skyformer`` (all five tasks, skyformer's at their published lengths from files
 in the release formats), lm ``tiny`` (one variant), scaling ``tiny``, ``cpu-default`` (the default preset) and
@@ -18,8 +18,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
-from attnbench.smoke import FullRunCost, PlannedStop, StopOnce, fmt_duration
+from attnbench.cli.main import app
+from attnbench.engine.smoke import FullRunCost, PlannedStop, StopOnce, fmt_duration
 
 runner = CliRunner()
 ENV = {"COLUMNS": "250"}
@@ -51,7 +51,7 @@ def failed_in_one_line(result, needle: str) -> str:
     return lines[0]
 
 
-# --- attnbench.smoke ----------------------------------------------------------------------------------------------
+# --- attnbench.engine.smoke ----------------------------------------------------------------------------------------------
 def test_cost_line_arithmetic_and_gpu_names():
     c = FullRunCost(steps=1000, items_per_step=256, unit="images", train_flops_per_item=1e9)
     assert c.items == 256_000 and c.flops == pytest.approx(2.56e14)
@@ -105,7 +105,7 @@ def test_lra_smoke_skyformer_reads_release_files_at_the_published_length():
 
 
 def test_lra_smoke_fails_in_one_line_when_a_reader_breaks(monkeypatch):
-    from attnbench.errors import DataError
+    from attnbench.core.errors import DataError
     from attnbench.suites.lra import data
 
     def broken(root, split, **kw):
@@ -116,7 +116,7 @@ def test_lra_smoke_fails_in_one_line_when_a_reader_breaks(monkeypatch):
 
 
 def test_lra_smoke_fails_when_the_rerun_does_not_resume(monkeypatch):
-    from attnbench.train import trainer
+    from attnbench.engine.train import trainer
 
     monkeypatch.setattr(trainer.ckpt_io, "save_atomic", lambda payload, path: None)  # checkpoints lost
     failed_in_one_line(invoke("run", "lra", "--smoke", "--tasks", "listops", "--attn", "linear"),

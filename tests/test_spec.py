@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 import attnbench
-from attnbench import registry
-from attnbench.errors import AttnbenchError, UnknownNameError
-from attnbench.spec import Spec, check_options, label_of, parse_spec, parse_specs, split_spec
+from attnbench.api import registry
+from attnbench.core.errors import AttnbenchError, UnknownNameError
+from attnbench.api.options import check_options
+from attnbench.api.spec import Spec, label_of, parse_spec, parse_specs, split_spec
 
 
 def test_spec_parses_options_with_types_and_round_trips():

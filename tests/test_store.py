@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from attnbench import store as st
-from attnbench.store import Measurement, Store
+from attnbench.results import store as st
+from attnbench.results.store import Measurement, Store
 
 
 def _record(run, i: int = 0, status: str = "ok", **kw) -> Measurement:
@@ -164,7 +164,7 @@ def test_damaged_store_is_one_line_naming_the_file(tmp_path):
 def test_damaged_store_in_the_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     for path in _damaged_files(tmp_path):
         for args in (["table", "demo", "--db", str(path)], ["export", "--format", "csv", "--db", str(path)],
@@ -295,7 +295,7 @@ def test_a_cell_is_claimed_once_and_dead_or_stale_claims_are_taken_over(tmp_db):
 _WORKER = r"""
 import os, sys, time
 from rich.console import Console
-from attnbench.sweep import Cell, CellResult, run_sweep
+from attnbench.engine.sweep import Cell, CellResult, run_sweep
 
 db, flag = sys.argv[1], sys.argv[2]
 

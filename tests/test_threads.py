@@ -1,5 +1,5 @@
 """Thread counts: no op chooses its own from the machine's load (attnbench/ops/threads.py); the run sets the
-count once (attnbench.sweep.run_sweep) and every record carries it (attnbench.store.Run.record)."""
+count once (attnbench.engine.sweep.run_sweep) and every record carries it (attnbench.results.store.Run.record)."""
 
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ def test_no_op_source_reads_the_load_or_sets_a_thread_count():
 
 
 def test_the_run_sets_the_thread_count_once_and_every_record_carries_it(tmp_path, two_threads):
-    from attnbench.store import Store
-    from attnbench.sweep import Cell, CellResult, run_sweep
+    from attnbench.results.store import Store
+    from attnbench.engine.sweep import Cell, CellResult, run_sweep
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""The one tolerance policy (attnbench.tolerance) and the places that use it: ``attnbench check``, the scaling
+"""The one tolerance policy (attnbench.checks.tolerance) and the places that use it: ``attnbench check``, the scaling
 suite's gate (verify.verify_resolved) and the test helpers.
 
 The unit tests build their errors by hand (exact float64 arithmetic), so they depend on no CPU; the end-to-end
@@ -14,10 +14,10 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench import verify as verification
-from attnbench.verify import Verdict, verify, verify_delta_rule, verify_resolved
-from attnbench.cli import app
-from attnbench.tolerance import FLOOR, MULTIPLE, compare, floor_for, relative_error
+from attnbench.checks import verify as verification
+from attnbench.checks.verify import Verdict, verify, verify_delta_rule, verify_resolved
+from attnbench.cli.main import app
+from attnbench.checks.tolerance import FLOOR, MULTIPLE, compare, floor_for, relative_error
 
 from .helpers import assert_matches_fp64, assert_within_policy
 

@@ -1,4 +1,4 @@
-"""The training engine (attnbench.train) and the sweep (attnbench.sweep) on a toy model (tests/toy_train.py):
+"""The training engine (attnbench.engine.train) and the sweep (attnbench.engine.sweep) on a toy model (tests/toy_train.py):
 kill and resume, SIGTERM, NaN, damaged checkpoints, DDP and FSDP2 on two gloo processes, shards, submitit."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from attnbench.store import Store
-from attnbench.sweep import Cell, CellError, CellResult, parse_shard, run_sweep, shard_cells
-from attnbench.train import ParamGroup, TrainConfig, TrainHooks, train
-from attnbench.train.checkpoint import CheckpointError
+from attnbench.engine.sweep import Cell, CellError, CellResult, parse_shard, run_sweep, shard_cells
+from attnbench.engine.train.checkpoint import CheckpointError
+from attnbench.engine.train.config import ParamGroup, TrainConfig
+from attnbench.engine.train.trainer import TrainHooks, train
+from attnbench.results.store import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
 import toy_train  # noqa: E402
@@ -181,7 +182,7 @@ def test_teacher_is_frozen_and_handed_to_the_loss():
 
 @pytest.mark.parametrize("schedule", ["onecycle", "cosine", "polynomial", "constant"])
 def test_schedules_warm_up_and_decay(schedule):
-    from attnbench.train.trainer import make_schedule
+    from attnbench.engine.train.trainer import make_schedule
 
     cfg = TrainConfig(steps=20, batch_size=8, lr=1.0, warmup=5, schedule=schedule)
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.lr)

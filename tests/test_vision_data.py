@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.errors import DataError, DataMissingError, UnknownNameError
+from attnbench.core.errors import DataError, DataMissingError, UnknownNameError
 from attnbench.image import data as vd
 
 # ------------------------------------------------------------------------------------------------ digits

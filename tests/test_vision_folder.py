@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.main import app
 
-from attnbench.store import Store
+from attnbench.results.store import Store
 from attnbench.image import data as vd
 from attnbench.image.smoke import write_cifar
 from attnbench.suites.vision.config import load_preset, with_folder
@@ -58,7 +58,7 @@ def short_tiny(tmp_path, steps=16, batch_size=None, val_size=None):
 
 def test_an_imagefolder_trains_on_the_cpu_from_one_command_and_lands_in_the_table(tmp_path):
     data = digits_folder(tmp_path / "my_digits")
-    p = subprocess.run([sys.executable, "-m", "attnbench.cli", "run", "vision", "--attn", "softmax", "--preset",
+    p = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "softmax", "--preset",
                         str(short_tiny(tmp_path)), "--data-dir", str(data), "--db", str(tmp_path / "v.db"),
                         "--out", str(tmp_path / "w")], env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

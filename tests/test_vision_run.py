@@ -12,13 +12,13 @@ import pytest
 import torch
 from rich.console import Console
 
-from attnbench.errors import AttnbenchError
+from attnbench.api.spec import parse_spec, parse_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.train.trainer import TrainHooks
 from attnbench.models.vit import SpecAttention, build_vit, load_pretrained, resolve_impl
-from attnbench.spec import parse_spec, parse_specs
-from attnbench.store import Store
+from attnbench.results.store import Store
 from attnbench.suites.vision.config import load_preset
 from attnbench.suites.vision.train import run_vision
-from attnbench.train import TrainHooks
 
 QUIET = Console(file=open(os.devnull, "w"), width=200)
 
@@ -27,7 +27,8 @@ def small(pre=None, **train):
     pre = pre or load_preset("tiny")
     t = {"steps": 12, "warmup": 2, "eval_every": 6, **train}
     return dataclasses.replace(pre, train=dataclasses.replace(pre.train, **t),
-                               model=dataclasses.replace(pre.model, size="cpu"))
+                               model=dataclasses.replace(pre.model, size="cpu"),
+                               sweep=dataclasses.replace(pre.sweep, resolutions=[32, 64]))  # 256 costs minutes
 
 
 def records(db):
@@ -79,7 +80,7 @@ def test_a_softmax_checkpoint_round_trips_and_loads_into_a_linear_vit(tmp_path):
 def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
     """The README's vision command on its offline default: softmax well above chance (>= 80% top-1)."""
     env = {**os.environ, "COLUMNS": "200"}
-    p = subprocess.run([sys.executable, "-m", "attnbench.cli", "run", "vision", "--attn", "softmax", "--db",
+    p = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "softmax", "--db",
                         str(tmp_path / "v.db"), "--out", str(tmp_path / "w")], env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -125,9 +126,10 @@ def test_two_gloo_processes_match_one(tmp_path):
 
     text = (resources.files("attnbench.suites.vision") / "presets" / "tiny.toml").read_text()
     toml.write_text(text.replace("steps = 600", "steps = 8").replace("warmup = 60", "warmup = 2")
-                    .replace("eval_every = 100", "eval_every = 4"))
+                    .replace("eval_every = 100", "eval_every = 4")
+                    .replace("resolutions = [32, 64, 128, 256]", "resolutions = [32, 64]"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    base = [sys.executable, "-m", "attnbench.cli", "run", "vision", "--attn", "linear", "--preset", str(toml)]
+    base = [sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "linear", "--preset", str(toml)]
     one = subprocess.run(base + ["--db", str(tmp_path / "one.db"), "--out", str(tmp_path / "one")], env=env,
                          capture_output=True, text=True, timeout=600)
     two = subprocess.run(base + ["--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"],
@@ -140,9 +142,9 @@ def test_two_gloo_processes_match_one(tmp_path):
 
 
 def test_data_loader_workers_give_the_same_batches_as_the_main_process():
+    from attnbench.engine.train.trainer import TrainOrder
     from attnbench.image import data as vision_data
     from attnbench.image.classify import StepBatches
-    from attnbench.train import TrainOrder
 
     splits = vision_data.build_splits("digits", image_size=16, augment="none")
     order = TrainOrder(len(splits.train), 8, seed=0)

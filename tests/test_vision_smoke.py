@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.main import app
 from attnbench.suites.vision.config import load_preset, preset_names
 from attnbench.image.smoke import imagefolder_classes, smoke_preset
 from attnbench.suites.vision.smoke import run_smoke

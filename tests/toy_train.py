@@ -1,4 +1,4 @@
-"""A toy suite on the shared engine (``attnbench.sweep`` + ``attnbench.train``): a small MLP classifier on
+"""A toy suite on the shared engine (``attnbench.engine.sweep`` + ``attnbench.engine.train``): a small MLP classifier on
 synthetic data. The engine tests run it in subprocesses, so it can be SIGKILLed, sent SIGTERM, or started under
 torchrun. ``python tests/toy_train.py --db DB --work DIR [--kill-at S] [--term-at S] [--cells N] ...``; prints
 one JSON line per finished cell and exits with the sweep's exit code."""
@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnbench.sweep import Cell, CellContext, CellResult, parse_shard, run_sweep
-from attnbench.train import TrainConfig, TrainHooks, TrainTask, default_device, init_dist, shutdown, train
+from attnbench.engine.sweep import Cell, CellContext, CellResult, parse_shard, run_sweep
+from attnbench.engine.train.config import TrainConfig
+from attnbench.engine.train.dist import default_device, init_dist, shutdown
+from attnbench.engine.train.trainer import TrainHooks, TrainTask, train
 
 DIM, CLASSES, N_TRAIN = 8, 3, 64
 

@@ -14,8 +14,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..protocol import AttnbenchError, UnsupportedError, validate_qkv
+from attnbench.ops import linear_attn as la
+from attnbench.core.protocol import AttnbenchError, UnsupportedError, validate_qkv
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -68,7 +68,7 @@ class Attention(nn.Module):
     def shape_options(cls, seq_len: int) -> dict:
         """Options a mechanism needs to know about the sequence length at build time (e.g. Linformer's fixed
         length). Generic drivers (check, scaling, the contract tests) build through
-        :func:`attnbench.registry.build_for_length`, which merges these in."""
+        :func:`attnbench.api.registry.build_for_length`, which merges these in."""
         return {}
 
     # --- dispatch -------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ class FeatureMapAttention(Attention):
     def forward_triton(self, q, k, v):
         """Causal: the features, then ``attnbench.kernels.chunk_linear_attn`` for the numerator (unnormalised);
         the normaliser from the prefix sums of the key features (elementwise, fp32), as in the other forms."""
-        from ..kernels import chunk_linear_attn  # lazy: triton is optional
+        from attnbench.kernels import chunk_linear_attn  # lazy: triton is optional
 
         fq, fk = self.feature_map.features_triton(q, k)
         num, _ = chunk_linear_attn(fq, fk, v, normalize=False, chunk_size=self.chunk_size)    # [B, H, N, D]

@@ -8,10 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..ops import linear_attn as la
-from ..protocol import AttnbenchError, ShapeError
-from ..registry import register_attention
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.ops import linear_attn as la
+from attnbench.core.protocol import AttnbenchError, ShapeError
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 PAPER = "Qin et al. 2022 (cosFormer: Rethinking Softmax in Attention, ICLR)"
 CAUSAL_DEFAULT_MAX_LEN = 4096
@@ -58,7 +57,6 @@ class CosformerFeatureMap(FeatureMap):
         return (lambda s, e: self.phi_at(q_block(s, e), s, n)), (lambda s, e: self.phi_at(k_block(s, e), s, n))
 
 
-@register_attention
 class CosformerAttention(FeatureMapAttention):
     """cosFormer (Qin et al. 2022, Sec. 3.3-3.4, Eqs. 9-11):
 
@@ -78,7 +76,7 @@ class CosformerAttention(FeatureMapAttention):
       factor into query and key features, so it has no linear form. The released code's causal path uses the
       current length N, so a prefix's outputs depend on the total length.
     - ``max_len`` given in the bidirectional form: M fixed to it too (N <= max_len).
-    - :func:`attnbench.registry.build_for_length` passes ``max_len=seq_len`` (``shape_options``): M is then the
+    - :func:`attnbench.api.registry.build_for_length` passes ``max_len=seq_len`` (``shape_options``): M is then the
       length the attention is built for (the context length), in both forms.
 
     ``reference`` materialises the N x N weights ``s_ij``; ``torch`` runs the associative (bidirectional) or

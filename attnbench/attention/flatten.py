@@ -6,15 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..protocol import AttnbenchError
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.ops import linear_attn as la
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 PAPER = "Han et al. 2023 (FLatten Transformer, ICCV)"
 
 
-@register_feature_map
 class FocusedFeatureMap(FeatureMap):
     """Focused map (FLatten Eq. 5-6): ``x = ReLU(x) + 1e-6``, divided by a learnable per-channel
     ``softplus(s)`` (s initialised to 0), then ``f_p(x) = ||x|| * x^p / ||x^p||`` with p = ``focusing_factor``
@@ -55,7 +53,6 @@ class FocusedFeatureMap(FeatureMap):
                 la.scratch_map(lambda x, out: self._phi_into(x, out, True), k_block))
 
 
-@register_attention
 class FlattenAttention(FeatureMapAttention):
     """Focused linear attention (FLatten Eq. 4-6) with the mean-key normaliser; the DWC rank-restoration on V
     belongs to the block. Option: ``focusing_factor`` (p, default 3)."""

@@ -6,14 +6,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.ops import linear_attn as la
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 PAPER = "Zhang et al. 2024 (The Hedgehog & the Porcupine, ICLR)"
 
 
-@register_feature_map
 class HedgehogFeatureMap(FeatureMap):
     """``phi(x) = softmax([x W_h + b_h, -(x W_h + b_h)])`` over the 2D features, one ``W_h: [D, D]``, ``b_h: [D]``
     per head h: ``[B, H, N, D] -> [B, H, N, 2D]``.
@@ -86,7 +84,6 @@ class HedgehogFeatureMap(FeatureMap):
         return self._map(k, self.weight_k, self.bias_k)
 
 
-@register_attention
 class HedgehogAttention(FeatureMapAttention):
     """``o_t = phi_q(q_t) sum_j phi_k(k_j)^T v_j / phi_q(q_t) sum_j phi_k(k_j)`` (Zhang et al. 2024, Eq. 2 with
     the feature map of :class:`HedgehogFeatureMap`), over j <= t when causal.

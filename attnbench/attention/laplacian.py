@@ -8,10 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..ops.nystrom import NS_GRADS, NS_SCALINGS, newton_schulz_pinv, segment_means
-from ..protocol import AttnbenchError
-from ..registry import register_attention
-from .base import Attention
+from attnbench.ops.nystrom import NS_GRADS, NS_SCALINGS, newton_schulz_pinv, segment_means
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import Attention
 
 PAPER = "Feng et al. 2026 (LaplacianFormer, ICLR)"
 
@@ -27,7 +26,6 @@ def laplace_kernel(x: torch.Tensor, y: torch.Tensor, lam: float, distance=None) 
     return torch.exp(-dist / lam)
 
 
-@register_attention
 class LaplacianAttention(Attention):
     """LaplacianFormer attention, Eqs. 4-9 and Algorithm 1, bidirectional only.
 
@@ -163,7 +161,7 @@ class LaplacianAttention(Attention):
     def forward_triton(self, q, k, v):
         """The factorised form with the paper's two custom kernels: the L1 distances (no N x m x d
         intermediate) and the Newton–Schulz step."""
-        from ..kernels import l1_distance, newton_schulz_step  # lazy: triton is optional
+        from attnbench.kernels import l1_distance, newton_schulz_step  # lazy: triton is optional
 
         return self._factorised(q, k, v, *self._nystrom(q, k, l1_distance, newton_schulz_step))
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 
 class _EluPlusOne(torch.autograd.Function):
@@ -25,7 +24,6 @@ class _EluPlusOne(torch.autograd.Function):
         return y.clamp(max=1.0).mul_(grad)
 
 
-@register_feature_map
 class EluFeatureMap(FeatureMap):
     """phi(x) = ELU(x) + 1 > 0 (Katharopoulos et al. 2020, Sec. 3.2)."""
 
@@ -51,7 +49,6 @@ class EluFeatureMap(FeatureMap):
         return F.elu(k) + 1.0
 
 
-@register_attention
 class LinearAttention(FeatureMapAttention):
     """``o_t = phi(q_t) sum_i phi(k_i)^T v_i / phi(q_t) sum_j phi(k_j)`` with phi = ELU + 1 (Katharopoulos et al.
     2020, Eq. 6; NaLaFormer Eq. 4; the "Kernelized" row of NaLaFormer Table 14)."""

@@ -9,14 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..protocol import AttnbenchError, ShapeError
-from ..registry import register_attention
-from .base import Attention
+from attnbench.core.protocol import AttnbenchError, ShapeError
+from attnbench.attention.base import Attention
 
 PAPER = "Wang et al. 2020 (Linformer: Self-Attention with Linear Complexity)"
 
 
-@register_attention
 class LinformerAttention(Attention):
     """``head = softmax(Q (E K)^T / sqrt(d)) (F V)`` (Wang et al. 2020, Eq. 7), with learnable projections
     ``E, F: [k, seq_len]`` along the sequence, shared across heads (the paper's headwise sharing, Sec. 4).
@@ -25,7 +23,7 @@ class LinformerAttention(Attention):
 
     - ``seq_len`` (required): the one sequence length the projections are built for; a forward with another N
       raises :class:`ShapeError` naming both. (Generic drivers build through
-      :func:`attnbench.registry.build_for_length`, which passes it.)
+      :func:`attnbench.api.registry.build_for_length`, which passes it.)
     - ``proj_dim`` (k, default 128; the Skyformer LRA setting's ``linformer_k=128``), reduced to ``seq_len``
       when ``seq_len < proj_dim``.
     - ``share_kv`` (default False): one projection for keys and values (``F = E``, the paper's key-value

@@ -13,16 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..protocol import AttnbenchError
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.ops import linear_attn as la
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 PAPER = "Meng et al. 2026 (MirrorLA, Reflecting Feature Map)"
 _STAT_BLOCK = 1024   # tokens per step of the whole-sequence variance (temporaries stay in cache)
 
 
-@register_feature_map
 class MirrorFeatureMap(FeatureMap):
     """Reflecting feature map, paper Algorithm 1 and Eqs. 7-14, 18:
     ``phi(x) = ReLU(BlockReflect_Theta(x H_c))``.
@@ -189,7 +187,6 @@ class MirrorFeatureMap(FeatureMap):
         return self._phi(k, self.block_variance_reference)
 
 
-@register_attention
 class MirrorLAAttention(FeatureMapAttention):
     """MirrorLA linear attention: the reflecting feature map (Algorithm 1) inside Eq. 2's normalised linear
     attention. Options: ``lam`` (1), ``alpha_max`` (pi/2), ``variance_aware`` (the "full" column of Table 8),

@@ -10,17 +10,15 @@ import math
 
 import torch
 
-from ..ops.elementwise import abs_pow
-from ..ops.nala_map import nala_feature_map_blocked, nala_map_backward
-from ..protocol import AttnbenchError
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.ops.elementwise import abs_pow
+from attnbench.ops.nala_map import nala_feature_map_blocked, nala_map_backward
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
 
 PAPER = "Meng et al. 2026 (NaLaFormer, Norm x Direction)"
 RELEASED_DEN_EPS = 1e-6  # the released code's normaliser: 1 / (q . mean(k) + 1e-6)
 
 
-@register_feature_map
 class NaLaFeatureMap(FeatureMap):
     """NaLa feature maps, paper Eqs. 6, 7, 11-13; feature size 2d.
 
@@ -93,7 +91,7 @@ class NaLaFeatureMap(FeatureMap):
         """The fused Triton feature-map kernel (norm, tanh, power, cos, sin in one pass)."""
         if self.sign_split:
             return self.phi_q(q), self.phi_k(k)
-        from ..kernels import nala_feature_map  # lazy: triton is optional
+        from attnbench.kernels import nala_feature_map  # lazy: triton is optional
 
         opts = dict(lam=self.lam, tau=self.tau, eps=self.eps)
         return nala_feature_map(q, is_query=True, **opts), nala_feature_map(k, is_query=False, **opts)
@@ -106,7 +104,6 @@ class NaLaFeatureMap(FeatureMap):
         return self._phi_k(k, lambda x, p: x.abs().pow(p))
 
 
-@register_attention
 class NaLaAttention(FeatureMapAttention):
     """NaLa linear attention, paper Eq. 14 without the gate (gate, LayerNorm, LePE and RoPE belong to the block).
 

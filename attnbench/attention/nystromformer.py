@@ -7,15 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.nystrom import iterative_pinv, segment_means, segment_means_reference
-from ..protocol import AttnbenchError
-from ..registry import register_attention
-from .base import Attention
+from attnbench.ops.nystrom import iterative_pinv, segment_means, segment_means_reference
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import Attention
 
 PAPER = "Xiong et al. 2021 (Nyströmformer, AAAI)"
 
 
-@register_attention
 class NystromformerAttention(Attention):
     """``O ~ F~ A~^+ B~ V`` (Xiong et al. 2021, Sec. 3, Eqs. 13-16) with
 

@@ -8,10 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..ops import linear_attn as la
-from ..protocol import AttnbenchError
-from ..registry import register_attention, register_feature_map
-from .base import Attention, FeatureMap
+from attnbench.ops import linear_attn as la
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import Attention, FeatureMap
 
 PAPER = "Choromanski et al. 2021 (Rethinking Attention with Performers, ICLR)"
 
@@ -31,7 +30,6 @@ def orthogonal_gaussian(m: int, d: int, seed: int) -> torch.Tensor:
     return w * norms[:, None]
 
 
-@register_feature_map
 class PerformerFeatureMap(FeatureMap):
     """Positive random features (FAVOR+, Lemma 1 / Eq. 7 with h(x) = exp(-|x|^2 / 2), f = exp):
 
@@ -139,7 +137,6 @@ def performer_causal_chunked(fq: torch.Tensor, fk: torch.Tensor, s: torch.Tensor
     return (out[..., :D] / cnt) / la.safe_den(out[..., D:] / cnt)
 
 
-@register_attention
 class PerformerAttention(Attention):
     """FAVOR+ (Choromanski et al. 2021, Eqs. 4-5 with the positive features of Lemma 1, orthogonal features of
     Sec. 2.4): ``o_t = phi(q_t) sum_j phi(k_j)^T v_j / phi(q_t) sum_j phi(k_j)``, over j <= t when causal.

@@ -6,11 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..ops.elementwise import EXP_FLOOR, sum_to
-from ..protocol import AttnbenchError, validate_qkv
-from ..registry import register_attention
-from .base import Attention
+from attnbench.ops import linear_attn as la
+from attnbench.ops.elementwise import EXP_FLOOR, sum_to
+from attnbench.core.protocol import AttnbenchError, validate_qkv
+from attnbench.attention.base import Attention
 
 
 def polarity_split(x: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +48,6 @@ class _PolarityFeatures(torch.autograd.Function):
         return dx, d_inv_s, dp
 
 
-@register_attention
 class PolaAttention(Attention):
     """Polarity-aware linear attention (PolaFormer; formulation of the released ``PolaLinearAttention``).
 

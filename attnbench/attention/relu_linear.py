@@ -6,16 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..registry import register_attention, register_feature_map
-from .base import FeatureMap, FeatureMapAttention
+from attnbench.attention.base import FeatureMap, FeatureMapAttention
+from attnbench.ops.elementwise import relu_vjp
 
 
-def relu_vjp(x, feats, dfeats):
-    """ReLU's gradient by hand (:class:`attnbench.ops.linear_attn.TokenMap`): dfeats where x > 0, in place."""
-    return dfeats.mul_(feats > 0)
-
-
-@register_feature_map
 class ReluFeatureMap(FeatureMap):
     """phi(x) = ReLU(x) (MirrorLA Eq. 2 with phi_r = ReLU; EfficientViT / cosFormer kernels)."""
 
@@ -31,7 +25,6 @@ class ReluFeatureMap(FeatureMap):
     vjp_q = vjp_k = staticmethod(relu_vjp)
 
 
-@register_attention
 class ReluLinearAttention(FeatureMapAttention):
     """``o_t = ReLU(q_t) sum_i ReLU(k_i)^T v_i / ReLU(q_t) sum_j ReLU(k_j)`` (MirrorLA Eq. 2 with ReLU), no eps.
 

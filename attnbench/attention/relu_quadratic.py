@@ -8,13 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..protocol import AttnbenchError
-from ..registry import register_attention
-from .base import Attention
-from .stella import PAPER, position_counts
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import Attention
+from attnbench.ops.elementwise import position_counts
 
 
-@register_attention
 class ReluQuadraticAttention(Attention):
     """MixA Eqs. 4-5: ``O = ReLU(Q K^T / (beta sqrt(d))) V / (alpha N)``, alpha, beta learnable, initialised to 1;
     causal: lower-triangular mask and the position count t in place of N.
@@ -24,7 +22,7 @@ class ReluQuadraticAttention(Attention):
     """
 
     name = "relu_quadratic"
-    paper = PAPER
+    paper = "Ahmed et al. 2025 (MixA / SteLLA, ICCV)"
 
     def __init__(self, *, heads, head_dim, causal=False, impl="auto", block_size: int = 128):
         super().__init__(heads=heads, head_dim=head_dim, causal=causal, impl=impl)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from ..registry import register_feature_map
-from .base import FeatureMap
+from attnbench.attention.base import FeatureMap
 
 
-@register_feature_map
 class SiluFeatureMap(FeatureMap):
     """phi(x) = SiLU(x) = x sigmoid(x) (not non-negative: fine for the delta rule, which has no normaliser)."""
 

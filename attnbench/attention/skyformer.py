@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.nystrom import iterative_pinv, segment_means, segment_means_reference
-from ..protocol import AttnbenchError
-from ..registry import register_attention
-from .base import Attention
+from attnbench.ops.nystrom import iterative_pinv, segment_means, segment_means_reference
+from attnbench.core.protocol import AttnbenchError
+from attnbench.attention.base import Attention
 
 PAPER = "Chen et al. 2021 (Skyformer, NeurIPS)"
 SAMPLINGS = ("segment_means", "uniform")
@@ -22,7 +21,6 @@ def gaussian_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.exp(x @ y.transpose(-1, -2) - sq_x - sq_y.transpose(-1, -2))  # [B, H, N, M]
 
 
-@register_attention
 class SkyformerAttention(Attention):
     """Skyformer (Chen et al. 2021): ``O = C~ V`` where ``C = kappa(Q / d^1/4, K / d^1/4)`` is the Gaussian
     "kernelized attention" score matrix (Eq. 3) and ``C~`` its modified Nyström approximation (Eqs. 4-6):

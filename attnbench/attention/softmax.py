@@ -7,11 +7,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..registry import register_attention
-from .base import Attention
+from attnbench.attention.base import Attention
 
 
-@register_attention
 class SoftmaxAttention(Attention):
     """``O = softmax(Q K^T / sqrt(d)) V`` (NaLaFormer Eq. 2; MirrorLA Eq. 1), with a lower-triangular mask when
     causal. ``reference`` is the eager N x N form; ``sdpa`` is ``torch.nn.functional.scaled_dot_product_attention``.

@@ -8,22 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import linear_attn as la
-from ..registry import register_attention
-from .base import Attention
-from .relu_linear import relu_vjp
-
-PAPER = "Ahmed et al. 2025 (MixA / SteLLA, ICCV)"
+from attnbench.ops import linear_attn as la
+from attnbench.attention.base import Attention
+from attnbench.ops.elementwise import position_counts, relu_vjp
 
 
-def position_counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
-    """The "N" of MixA's alpha * N: the sequence length, or, causally, the number of visible tokens t (``[N, 1]``)."""
-    if causal:
-        return torch.arange(1, n + 1, device=like.device, dtype=like.dtype).unsqueeze(-1)
-    return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)
-
-
-@register_attention
 class SteLLAAttention(Attention):
     """SteLLA, MixA Eqs. 6-7: ``O = ReLU(Q) (ReLU(K)^T V) / (beta * sqrt(d) * alpha * N)``.
 
@@ -34,7 +23,7 @@ class SteLLAAttention(Attention):
     """
 
     name = "stella"
-    paper = PAPER
+    paper = "Ahmed et al. 2025 (MixA / SteLLA, ICCV)"
     chunk_size: int = 64
     block_size: int = 1024      # tokens whose features are computed at once (bidirectional; tests make it small)
     recompute_backward: bool = True  # training over several blocks: ops.linear_attention_recomputed

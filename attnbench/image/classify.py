@@ -1,6 +1,6 @@
 """Image classification with a ViT whose attention is chosen from specs: the classifier of a preset, its data,
 the DeiT recipe's loss, evaluation, FLOPs, throughput and memory, and :func:`fit_classifier`, which trains and
-tests one classifier on the shared trainer (:func:`attnbench.train.train`).
+tests one classifier on the shared trainer (:func:`attnbench.engine.train.train`).
 
 A preset is any object with the fields of :class:`ClassifierPreset`. The model is timm's ``VisionTransformer``
 with each block's attention built from a spec (:func:`attnbench.models.vit.build_vit`); the recipe's parts are
@@ -20,17 +20,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attnbench.api.spec import AttentionSpec
+from attnbench.core.errors import is_oom
+from attnbench.engine.train.dist import Dist
+from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, step_seed, train
+from attnbench.image import data as image_data
+from attnbench.measure.memory import TensorMemory
+from attnbench.measure.peak import PeakMeter
 from attnbench.models import BlockOptions
-from attnbench.spec import AttentionSpec
-from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, step_seed, train
-from attnbench.train.memory import PeakMeter
+from attnbench.models.vit import build_vit, load_pretrained, resolve_impl
 
 
 class ClassifierPreset(Protocol):
     """What the functions here read of a preset: ``data`` (``kind``, ``image_size``, ``seed``, ``classes``,
     ``options()``), ``model`` (``size``, ``patch_size``, ``global_pool``, ``drop_rate``, ``drop_path``,
     ``dwc_kernel``), ``recipe`` (``label_smoothing``, ``mixup``, ``cutmix``, ``augment``, ``eval_batch_size``,
-    ``workers``), ``train`` (an :class:`attnbench.train.TrainConfig`), ``sweep`` (``resolutions``, ``batch``),
+    ``workers``), ``train`` (an :class:`attnbench.engine.train.TrainConfig`), ``sweep`` (``resolutions``, ``batch``),
     ``key`` (its setting), ``identity_hash()`` and ``options_for(attention)``."""
 
     data: Any
@@ -51,7 +56,6 @@ class ClassifierPreset(Protocol):
 def build_classifier(spec: AttentionSpec | Sequence[AttentionSpec], pre: ClassifierPreset, num_classes: int):
     """The preset's ViT (size, patch, pooling, dropouts, block options) at its image size, with ``spec``'s
     attention in every block (or one spec per block)."""
-    from attnbench.models.vit import build_vit
 
     m = pre.model
     return build_vit(spec, size=m.size, img_size=pre.data.image_size, patch_size=m.patch_size,
@@ -66,7 +70,6 @@ def tokens_of(pre: ClassifierPreset) -> int:
 
 class FirstItems(torch.utils.data.Dataset):
     """The first ``n`` items of ``dataset``, with its ``targets``: the short evaluations of a smoke run."""
-
     def __init__(self, dataset, n: int):
         self.dataset, self.n = dataset, min(int(n), len(dataset))
 
@@ -86,7 +89,6 @@ class FirstItems(torch.utils.data.Dataset):
 def load_splits(pre: ClassifierPreset, data_dir: Optional[str], *, eval_limit: Optional[int] = None):
     """The preset's data: its reader, size, split, classes, augmentation and reader options, from ``data_dir``;
     with ``eval_limit`` the validation and test splits are cut to their first ``eval_limit`` images (smoke)."""
-    from . import data as image_data
 
     splits = image_data.build_splits(pre.data.kind, root=Path(data_dir) if data_dir else None,
                                      image_size=pre.data.image_size, seed=pre.data.seed, classes=pre.data.classes,
@@ -98,7 +100,6 @@ def load_splits(pre: ClassifierPreset, data_dir: Optional[str], *, eval_limit: O
 
 class _StepSampler:
     """Index lists of rank ``rank``'s share of the global batches of steps ``start, start + 1, ...``."""
-
     def __init__(self, order: TrainOrder, start: int, rank: int, world: int):
         self.order, self.start, self.rank, self.world = order, start, rank, world
 
@@ -231,8 +232,7 @@ def flops_per_image(model: torch.nn.Module, image_size: int, device: torch.devic
 
 def inference_memory(model: torch.nn.Module, image_size: int, batch: int, device: torch.device) -> int:
     """Peak bytes of one forward at ``batch`` images: the CUDA allocator's peak, else the tensor bytes alive at
-    once (:class:`attnbench.bench.memory.TensorMemory`, the same on any CPU)."""
-    from attnbench.bench.memory import TensorMemory
+    once (:class:`attnbench.measure.memory.TensorMemory`, the same on any CPU)."""
 
     was = model.training
     model.eval()
@@ -257,9 +257,6 @@ def resolution_sweep(model: torch.nn.Module, pre: ClassifierPreset, num_classes:
     images/s and peak memory (:func:`inference_memory`) of one forward at ``pre.sweep.batch`` images. A
     resolution that runs out of memory is recorded ``oom`` and the sweep goes on."""
     import tempfile
-
-    from attnbench.errors import is_oom
-    from attnbench.models.vit import load_pretrained
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -305,7 +302,6 @@ def fit_classifier(spec: AttentionSpec | Sequence[AttentionSpec], pre: Classifie
     then test it. Metrics: top-1 (and top-5) on the test split at the best validation step (``score`` = test
     top-1 in %), the validation history, parameters, FLOPs per image, training and inference images/s, peak
     memory, times, the majority-class baseline and the resolution sweep."""
-    from attnbench.models.vit import load_pretrained, resolve_impl
 
     meter = PeakMeter(device)
     torch.manual_seed(seed)
@@ -354,12 +350,3 @@ def fit_classifier(spec: AttentionSpec | Sequence[AttentionSpec], pre: Classifie
     return Fitted(model, metrics, impl)
 
 
-def save_weights(model: torch.nn.Module, path: Path) -> Path:
-    """``model``'s state dict at ``path``, written atomically (a reader never sees half a file)."""
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)
-    return path

@@ -15,7 +15,7 @@ Sources (``build_splits(kind, ...)`` dispatches on ``kind``):
   and crop ``S x S`` at a random offset. Nothing else: on 8x8 sources flips and colour changes are wrong.
 - ``cifar10`` / ``cifar100``: the python release read straight from its pickles
   (``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``,
-  ``cifar-100-python/{train,test,meta}``) by :mod:`attnbench.formats` (its safe unpickler: data, never code).
+  ``cifar-100-python/{train,test,meta}``) by :mod:`attnbench.io.formats` (its safe unpickler: data, never code).
   ``test`` = the test file; ``val`` = ``val_size`` (5000 of the release's) training images chosen by a
   permutation fixed by ``seed``; ``train`` = the rest. Labels: CIFAR-100's fine labels.
 - ``imagenet``: torchvision's ``ImageFolder`` reader on ``ROOT/train/<wnid>/*`` and ``ROOT/val/<wnid>/*``,
@@ -44,8 +44,8 @@ Transforms (from timm):
 Normalisation: ImageNet's mean / std for ImageNet, each CIFAR's own channel statistics for CIFAR.
 
 Errors are one line and name the path (and, for a class list, the line) and the expected layout:
-:class:`~attnbench.errors.DataMissingError` (a ``FileNotFoundError``) for a missing folder or file,
-:class:`~attnbench.errors.DataError` for a malformed one. An unreadable image is an error naming the file when it is
+:class:`~attnbench.core.errors.DataMissingError` (a ``FileNotFoundError``) for a missing folder or file,
+:class:`~attnbench.core.errors.DataError` for a malformed one. An unreadable image is an error naming the file when it is
 read (no skipping: a silently skipped image changes what is measured); ImageFolder's reader is lazy, so this
 surfaces during the epoch that first reads it, not at construction.
 """
@@ -63,8 +63,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from attnbench.errors import DataError, DataMissingError, UnknownNameError
-from attnbench.formats import read_cifar_batch, read_cifar_meta
+from attnbench.core.errors import DataError, DataMissingError, UnknownNameError
+from attnbench.io.formats import read_cifar_batch, read_cifar_meta
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -7,7 +7,7 @@ the 1000 ILSVRC-2012 synsets timm ships; a class-list file: its names); the offl
 What the smoke shortens (:func:`smoke_preset`): 2 steps at a batch of 2 in float32, data-loader workers at most
 1, evaluations on the first 4 images, the resolution sweep at the first of the preset's resolutions other than
 the training one (the position embedding resampled) at batch 1, a validation carve of 1 image per class (2
-images for CIFAR). :func:`full_run_cost`: the full run's cost (:class:`attnbench.smoke.FullRunCost`).
+images for CIFAR). :func:`full_run_cost`: the full run's cost (:class:`attnbench.engine.smoke.FullRunCost`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from attnbench.train import TrainConfig
+from attnbench.engine.smoke import FullRunCost, train_flops
+from attnbench.engine.train.config import TrainConfig
+from attnbench.image import data as vd
+from attnbench.image.classify import build_classifier
 
 SMOKE_STEPS = 2
 SMOKE_BATCH = 2
@@ -44,7 +47,6 @@ def _smooth_images(n: int, size: int, seed: int = 0) -> list[np.ndarray]:
 def imagefolder_classes(classes) -> list[str]:
     """The class folder names a preset's ``classes`` asks for: a shipped list or a file (its names), a count N
     (the first N ILSVRC-2012 synsets, sorted, as ``train/`` would sort them), ``None`` (all 1000), or a list."""
-    from . import data as vd
 
     if isinstance(classes, str) and classes.strip().isdigit():
         classes = int(classes)
@@ -143,13 +145,9 @@ def smoke_preset(pre):
 
 
 def full_run_cost(pre, spec, num_classes: int):
-    """:class:`attnbench.smoke.FullRunCost` of ``pre``'s full run with ``spec``: its steps x batch images, at the
+    """:class:`attnbench.engine.smoke.FullRunCost` of ``pre``'s full run with ``spec``: its steps x batch images, at the
     training FLOPs of one image (forward + backward) of its ViT."""
     import torch
-
-    from attnbench.smoke import FullRunCost, train_flops
-
-    from .classify import build_classifier
 
     model = build_classifier(spec, pre, num_classes)
     x = torch.randn(1, 3, pre.data.image_size, pre.data.image_size)

@@ -13,7 +13,10 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from attnbench.spec import AttentionSpec, parse_spec
+from attnbench.api.spec import AttentionSpec, parse_spec
+from attnbench.engine.train.dist import Dist, default_device
+from attnbench.results import provenance
+from attnbench.results.store import open_existing
 
 
 @dataclasses.dataclass
@@ -28,7 +31,6 @@ def find_trained(pre, db: Optional[str], seed: int = 0,
                  attention: str = "softmax") -> Optional[tuple[Path, Optional[float]]]:
     """The weights and test top-1 of the latest ok record of ``pre``'s setting for ``attention`` and ``seed`` in
     the store with ``pre``'s identity and its weights on disk, if any."""
-    from attnbench.store import open_existing
 
     store = open_existing(db)
     if store is None:
@@ -46,7 +48,6 @@ def find_trained(pre, db: Optional[str], seed: int = 0,
 def trained_path(work: Path, pre, spec: AttentionSpec, seed: int, data_fingerprint: str) -> Path:
     """Where :func:`get_trained` keeps the model it trains: ``WORK/models/<setting>/<spec>-<identity>-seed<seed>.pt``,
     the identity a hash of the preset's identity, the spec's options and the data."""
-    from attnbench import provenance
 
     ident = provenance.config_hash({"setting": pre.key, "identity": pre.identity_hash(), "attention": spec.label,
                                     "options": dict(spec.options), "data": data_fingerprint, "seed": seed})
@@ -61,9 +62,7 @@ def get_trained(pre, spec: AttentionSpec, splits, *, db: Optional[str], work: Pa
     processes; default: this process on the default device)."""
     import torch
 
-    from attnbench.train import Dist, default_device
-
-    from .classify import fit_classifier
+    from attnbench.image.classify import fit_classifier
 
     label = spec.label  # as the user wrote it: what a record's attention says
     spec = spec.with_defaults(pre.options_for(spec.name))
@@ -95,9 +94,8 @@ def get_teacher(pre, splits, *, path: Optional[str] = None, db: Optional[str] = 
                 seed: int = 0, console=None, device=None, dist=None) -> Teacher:
     """The softmax ViT of ``pre``: ``path`` if given, else :func:`get_trained`'s (``work``: where a model
     trained here is kept)."""
+    from attnbench.image.classify import build_classifier
     from attnbench.models.vit import load_pretrained
-
-    from .classify import build_classifier
 
     origin, top1 = "file", None
     if path is None:

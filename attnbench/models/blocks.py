@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from ..spec import AttentionSpec
+from attnbench.api.spec import AttentionSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,8 +39,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import AttnbenchError
-from ..registry import build_feature_map
+from attnbench.api.registry import build_feature_map
+from attnbench.core.errors import AttnbenchError
+from attnbench.ops import delta
 
 LAYER_KINDS = ("deltanet", "gated_deltanet")
 QK_NORMS = ("l2", "k", "none")
@@ -147,7 +148,6 @@ class ShortConv(nn.Module):
 
 class DeltaMixer(nn.Module):
     """One DeltaNet (``cfg.layer == "deltanet"``) or Gated DeltaNet token mixer; see the module docstring."""
-
     def __init__(self, cfg: LMConfig):
         super().__init__()
         H, C, dv = cfg.heads, cfg.hidden, cfg.value_head_dim
@@ -190,8 +190,6 @@ class DeltaMixer(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: Optional[dict] = None, impl: Optional[str] = None):
         """``x [B, T, C]`` -> ``[B, T, C]``; with ``cache`` (a dict, empty at the start) also the updated cache."""
-        from ..ops.delta import delta_rule
-
         cfg, H, dv = self.cfg, self.cfg.heads, self.cfg.value_head_dim
         B, T, _ = x.shape
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -219,7 +217,7 @@ class DeltaMixer(nn.Module):
             a = F.softplus(_at_least_fp32(self.a_proj(x)) + self.dt_bias)   # [B, T, H]
             g = (-_at_least_fp32(self.A_log).exp() * a).transpose(1, 2)      # [B, H, T] log decay
         vh = heads(v, dv)                                                     # [B, H, T, dv]
-        o, state = delta_rule(fq.to(vh.dtype), fk.to(vh.dtype), vh, beta, g,
+        o, state = delta.delta_rule(fq.to(vh.dtype), fk.to(vh.dtype), vh, beta, g,
                               initial_state=None if cache is None else cache.get("state"),
                               output_final_state=cache is not None, impl=impl or cfg.delta_impl,
                               chunk_size=cfg.chunk_size)                      # [B, H, T, dv]
@@ -235,7 +233,6 @@ class DeltaMixer(nn.Module):
 
 class SwiGLU(nn.Module):
     """``down(silu(gate x) * up x)`` (FLA's ``GatedMLP`` with ``hidden_act="swish"``)."""
-
     def __init__(self, hidden: int, size: int):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, size, bias=False)
@@ -248,7 +245,6 @@ class SwiGLU(nn.Module):
 
 class LMBlock(nn.Module):
     """Pre-norm: ``x + mixer(norm x)``, then ``x + mlp(norm x)``."""
-
     def __init__(self, cfg: LMConfig):
         super().__init__()
         self.attn_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)

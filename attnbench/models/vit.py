@@ -20,10 +20,10 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from ..errors import AttnbenchError
-from ..formats import refused_global
-from ..spec import AttentionSpec
-from .blocks import BlockOptions, layer_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.io.formats import refused_global
+from attnbench.api.spec import AttentionSpec
+from attnbench.models.blocks import BlockOptions, layer_specs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Stateless math shared by two or more mechanisms (or suites), each with a naive reference beside it."""
 
-from .delta import delta_rule, delta_rule_chunked, delta_rule_recurrent, resolve_delta_impl
-from .linear_attn import (
+from attnbench.ops.delta import delta_rule, delta_rule_chunked, delta_rule_recurrent, resolve_delta_impl
+from attnbench.ops.linear_attn import (
     linear_attention,
     linear_attention_bidirectional,
     linear_attention_blocked,
@@ -10,7 +10,7 @@ from .linear_attn import (
     linear_attention_recurrent,
     linear_attention_reference,
 )
-from .nala_map import nala_feature_map_blocked
+from attnbench.ops.nala_map import nala_feature_map_blocked
 
 __all__ = [
     "delta_rule",

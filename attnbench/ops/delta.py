@@ -43,9 +43,9 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from .elementwise import exp_floored
-from .threads import one_thread
-from ..protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
+from attnbench.ops.elementwise import exp_floored
+from attnbench.ops.threads import one_thread
+from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
 
 DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
 FLA_CHUNK_SIZES = (16, 32, 64)

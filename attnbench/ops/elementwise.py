@@ -1,4 +1,4 @@
-"""Elementwise pieces shared by several feature maps, faster than the generic ATen path on the CPU."""
+"""Elementwise pieces shared by several mechanisms (some faster than the generic ATen path on the CPU)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,15 @@ def abs_pow(x: torch.Tensor, p: torch.Tensor | float) -> torch.Tensor:
     if not isinstance(p, torch.Tensor):
         p = torch.tensor(float(p), dtype=x.dtype, device=x.device)
     return _AbsPow.apply(x, p)
+
+
+def relu_vjp(x, feats, dfeats):
+    """ReLU's gradient by hand (for :class:`attnbench.ops.linear_attn.TokenMap`): dfeats where x > 0, in place."""
+    return dfeats.mul_(feats > 0)
+
+
+def position_counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
+    """The "N" of MixA's alpha * N: the sequence length, or, causally, the number of visible tokens t (``[N, 1]``)."""
+    if causal:
+        return torch.arange(1, n + 1, device=like.device, dtype=like.dtype).unsqueeze(-1)
+    return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)

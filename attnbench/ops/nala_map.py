@@ -127,7 +127,7 @@ def nala_feature_map_blocked(x: torch.Tensor, *, is_query: bool, lam: float = 3.
                              eps: float = 1e-6) -> torch.Tensor:
     """NaLa map ``[..., D] -> [..., 2D]`` in plain PyTorch on cache-sized row blocks, with a hand-written backward;
     same math as ``attnbench.kernels.nala_feature_map_reference``."""
-    from ..kernels.nala import check_arguments  # lazy: that module also holds the (optional) Triton kernels
+    from attnbench.kernels.nala import check_arguments  # lazy: that module also holds the (optional) Triton kernels
 
     check_arguments("nala_feature_map_blocked", x, lam, tau, eps)
     return NaLaMapBlockedFunction.apply(x.contiguous(), bool(is_query), float(lam), float(tau), float(eps))

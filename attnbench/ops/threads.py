@@ -1,7 +1,7 @@
 """Thread counts inside ops: none chosen by the machine's load.
 
 How many torch threads a run uses is a run parameter, set once by the runner
-(:func:`attnbench.sweep.run_sweep`'s ``threads``) and recorded with every result (:meth:`attnbench.store.Run.record`);
+(:func:`attnbench.engine.sweep.run_sweep`'s ``threads``) and recorded with every result (:meth:`attnbench.results.store.Run.record`);
 no op reads the machine's load or keeps a count it changed. How the forms behave when other processes share the
 CPUs is a study for ``benchmarks/bench_contention.py``, not a policy of the ops. What stays here is a change that
 does not depend on the machine and is undone on exit: :func:`one_thread`.

@@ -6,10 +6,11 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.api.spec import parse_specs
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 
 @clikit.run_command(suite="adala")
@@ -37,7 +38,6 @@ def run_command(
 ) -> None:
     """Linearise a softmax ViT into a linear attention in ViT-AdaLA's three stages; beside the teacher and the
     from-scratch model: accuracy after every stage, loss curves, speed and memory."""
-    from attnbench.spec import parse_specs
 
     if smoke:
         if data_dir is not None or teacher is not None:

@@ -4,10 +4,10 @@ A preset file has::
 
     name, description, source          # strings; ``setting`` (default "adala/<name>") keys the results
     vision                             # the vision preset (a name, or a .toml path relative to this file: the rule
-                                       # of attnbench.presets.resolve_reference) that gives the data, the ViT,
+                                       # of attnbench.engine.presets.resolve_reference) that gives the data, the ViT,
                                        # the recipe, the teacher and the from-scratch row
     [adala]                            # AdalaOptions: lambda of Eq. 4 and the choices the paper leaves open
-    [stage1] [stage2] [stage3]         # one attnbench.train.TrainConfig per stage
+    [stage1] [stage2] [stage3]         # one attnbench.engine.train.TrainConfig per stage
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench import presets
-from attnbench.presets import preset_names as _preset_names
-from attnbench.train import TrainConfig
+from attnbench.engine import presets
+from attnbench.engine.presets import preset_names as _preset_names
+from attnbench.engine.train.config import TrainConfig
 
 ATTN_OUTPUTS = ("proj", "heads")
 FEATURES = ("tokens", "prenorm", "pooled")

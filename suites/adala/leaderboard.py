@@ -7,8 +7,19 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import board_title, boards, commits_of, timing_mark, unfinished_caption
-from attnbench.store import Measurement
+from attnbench.results.store import Measurement
+from attnbench.views.tables import (
+    aggregate,
+    board_title,
+    boards,
+    commits_of,
+    fmt_seeds,
+    seed_note,
+    seed_rows,
+    table_view,
+    timing_mark,
+    unfinished_caption,
+)
 
 
 def _order(r: Measurement) -> tuple:
@@ -27,12 +38,11 @@ def _loss(s: dict | None) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     out = []
     for (setting, device), recs in boards(records):
         rows, stats = [], []
-        # a row is (attention, stage set) over its seeds (attnbench.tables.seed_rows); columns other than top-1
+        # a row is (attention, stage set) over its seeds (attnbench.views.tables.seed_rows); columns other than top-1
         # and the stage accuracies: its latest seed
         over_seeds = sorted(seed_rows(recs, key=lambda r: r.attention, vary=("seed", "teacher", "weights")).values(),
                             key=lambda rs: _order(rs[-1]))  # each seed has its own teacher (and scratch model)
@@ -80,6 +90,5 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 
 def view():
-    from attnbench.tables import table_view
 
     return table_view(measured_tables)

@@ -1,5 +1,5 @@
 """ViT-AdaLA (Li et al. 2026, Sec. 3.2): a softmax ViT linearised in three stages, each one run of the shared
-trainer (:func:`attnbench.train.train`) with its own :class:`~attnbench.train.TrainConfig` (``[stage1..3]`` of
+trainer (:func:`attnbench.engine.train.train`) with its own :class:`~attnbench.engine.train.TrainConfig` (``[stage1..3]`` of
 the preset), checkpoint, loss curve and metric.
 
 The student is the teacher's ViT (:func:`attnbench.image.classify.build_classifier`) with every block's attention
@@ -62,12 +62,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench.errors import AttnbenchError
-from attnbench.provenance import file_id
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
-from attnbench.train import Dist, ParamGroup, TrainConfig, TrainHooks, TrainOrder, TrainTask, train
+from attnbench.api.spec import AttentionSpec, as_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
+from attnbench.engine.train.config import ParamGroup, TrainConfig
+from attnbench.engine.train.dist import Dist
+from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
+from attnbench.image.classify import (
+    StepBatches,
+    build_classifier,
+    evaluate,
+    flops_per_image,
+    inference_throughput,
+    load_splits,
+    majority_accuracy,
+    mixed_batch,
+    recipe_loss,
+    tokens_of,
+)
+from attnbench.image.teacher import get_teacher, get_trained
+from attnbench.measure.memory import TensorMemory
+from attnbench.measure.peak import PeakMeter
+from attnbench.models.vit import VIT_SIZES, load_pretrained, resolve_impl
+from attnbench.results.provenance import file_id
+from attnbench.results.store import point_hash
 
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
 
@@ -155,7 +174,6 @@ def final_features(model: nn.Module, x: torch.Tensor, kind: str = "tokens") -> t
 
 class FeatureNet(nn.Module):
     """Stage 2's trained module: the whole student, returning its final features (``model.*`` names)."""
-
     def __init__(self, model: nn.Module, kind: str):
         super().__init__()
         self.model, self.kind = model, kind
@@ -197,7 +215,6 @@ def stage3_config(cfg: TrainConfig, backbone_lr_scale: float) -> TrainConfig:
 def build_student(spec: AttentionSpec, vpre, num_classes: int, teacher: nn.Module) -> nn.Module:
     """The teacher's ViT with ``spec``'s attention in every block and every teacher weight copied in (the
     mechanism's own parameters, absent from a softmax teacher, keep their initialisation)."""
-    from attnbench.image.classify import build_classifier
 
     student = build_classifier(spec, vpre, num_classes)
     res = student.load_state_dict(teacher.state_dict(), strict=False)
@@ -234,8 +251,6 @@ def mean_loss(fn: Callable[[torch.Tensor], torch.Tensor], dataset, bs: int, dist
 def measure(model: nn.Module, splits, vpre, device: torch.device, dist: Dist) -> dict:
     """Test top-1 / top-5, parameters, FLOPs per image, inference images/s and the peak memory of one forward at
     the preset's sweep batch (CUDA allocator's peak, else tensor bytes alive at once: the same on any CPU)."""
-    from attnbench.bench.memory import TensorMemory
-    from attnbench.image.classify import evaluate, flops_per_image, inference_throughput, majority_accuracy
 
     bs = vpre.recipe.eval_batch_size
     test = evaluate(model, splits.test, bs, dist, device)
@@ -265,7 +280,6 @@ def measure(model: nn.Module, splits, vpre, device: torch.device, dist: Dist) ->
 @dataclasses.dataclass
 class Job:
     """A cell's payload: ``kind`` ``teacher`` | ``scratch`` | ``adala``; the student spec and stages."""
-
     kind: str
     spec: Optional[AttentionSpec] = None
     stages: tuple[int, ...] = ()
@@ -283,7 +297,6 @@ def run_stage(k: int, student: nn.Module, teacher: nn.Module, pre: AdalaPreset, 
     """Run stage ``k`` on ``student`` (in place; the best validation step's weights are kept) and return its
     record: config, training-loss curve ``[[step, loss], ...]``, validation history, best step and value,
     trainable parameters, times, and the student's validation / test top-1 after the stage."""
-    from attnbench.image.classify import StepBatches, evaluate, mixed_batch, recipe_loss
 
     opts = pre.adala
     cfg = pre.stage(k)
@@ -391,8 +404,6 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
                seed: int, device: str, data_fingerprint: str, teacher_id: str,
                scratch: dict[str, Path]) -> list[Cell]:
     """The teacher, each spec's from-scratch model (when given), and one cell per (spec, stage set)."""
-    from attnbench.store import point_hash
-
     base = {"seed": seed, "preset": pre.name, "vision_preset": vpre.name, "vision_identity": vpre.identity_hash(),
             "teacher": teacher_id, "data": data_fingerprint, "image_size": vpre.data.image_size,
             "model": vpre.model.size, "patch_size": vpre.model.patch_size}
@@ -421,9 +432,6 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
 
 def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPreset, vpre, splits,
              device: torch.device, work: Path, hooks: Optional[StageHooks] = None) -> CellResult:
-    from attnbench.image.classify import build_classifier
-    from attnbench.models.vit import load_pretrained, resolve_impl
-    from attnbench.train.memory import PeakMeter
 
     job: Job = cell.payload
     dist = ctx.dist or Dist()
@@ -482,7 +490,6 @@ def get_scratch(pre: AdalaPreset, vpre, spec: AttentionSpec, splits, *, db, work
     """The weights of ``spec``'s model trained from scratch on the vision preset at the full pipeline's budget
     (:func:`scratch_preset`): from the store (a vision run of that preset), else trained before under ``work``,
     else trained now (:func:`attnbench.image.teacher.get_trained`)."""
-    from attnbench.image.teacher import get_trained
 
     path, _, _ = get_trained(scratch_preset(pre, vpre), spec, splits, db=db, work=work, seed=seed, console=console)
     return path
@@ -498,9 +505,6 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     run options (or single ``fields`` of them, e.g. ``db=``, ``out=``, ``seed=``). ``vision``: a vision preset in
     place of the preset's (smoke runs); ``eval_limit``: validation and test cut short."""
     from rich.markup import escape
-
-    from attnbench.image.classify import load_splits, tokens_of
-    from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
     # each seed has its own teacher and from-scratch models: one run per seed
@@ -520,7 +524,6 @@ def run_adala(*, attentions: Sequence[str | AttentionSpec], preset: str | AdalaP
     pre = preset if isinstance(preset, AdalaPreset) else load_preset(preset)
     vpre = vision or pre.load_vision()
     stage_sets = pre.adala.ablation_sets() if ablation else [parse_stages(stages or "1,2,3")]
-    from attnbench.models.vit import VIT_SIZES
 
     size = VIT_SIZES[vpre.model.size]
     for spec in specs:

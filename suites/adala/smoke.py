@@ -14,11 +14,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+from attnbench.api.spec import as_specs, parse_spec
+from attnbench.engine.smoke import FullRunCost, StopOnce, first_failure, smoke_dirs, train_flops
+from attnbench.image import smoke as vsmoke
+from attnbench.image.classify import build_classifier
+from attnbench.image.smoke import full_run_cost, smoke_train
+
 from .config import ALL_STAGES, AdalaPreset, load_preset
+from .pipeline import AlignNet, FeatureNet, attention_loss, build_student, feature_loss, run_adala, scratch_preset
 
 
 def smoke_preset(pre: AdalaPreset) -> AdalaPreset:
-    from attnbench.image.smoke import smoke_train
 
     return dataclasses.replace(pre, stage1=smoke_train(pre.stage1), stage2=smoke_train(pre.stage2),
                                stage3=smoke_train(pre.stage3), setting=f"{pre.key}-smoke")
@@ -28,13 +34,6 @@ def stage_costs(pre: AdalaPreset, vpre, spec, num_classes: int) -> list[tuple[st
     """``[(what, FullRunCost)]``: the teacher's and the from-scratch model's vision runs, then each stage (its own
     loss, forward + backward through the student, the teacher's forward included) at the preset's steps."""
     import torch
-
-    from attnbench.image.classify import build_classifier
-    from attnbench.image.smoke import full_run_cost
-    from attnbench.smoke import FullRunCost, train_flops
-    from attnbench.spec import parse_spec
-
-    from .pipeline import AlignNet, FeatureNet, attention_loss, build_student, feature_loss, scratch_preset
 
     opts = pre.adala
     teacher = build_classifier(parse_spec("softmax"), vpre, num_classes).eval()
@@ -58,12 +57,6 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
     """Run the smoke (module docstring); returns the exit code (0 ok, 1 a cell failed or a stage did not resume)."""
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.image import smoke as vsmoke
-    from attnbench.smoke import StopOnce, first_failure, smoke_dirs
-    from attnbench.spec import as_specs
-
-    from .pipeline import run_adala
 
     console = console or Console()
     pre = preset if isinstance(preset, AdalaPreset) else load_preset(preset)

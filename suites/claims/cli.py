@@ -6,10 +6,11 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.api.spec import parse_specs
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 from .leaderboard import ORDER
 
@@ -32,11 +33,11 @@ def run_command(
 ) -> None:
     """Each paper's mechanism-level argument measured on attnbench's implementations: one statistic per (check,
     mechanism, input), a criterion stated before measuring, a verdict (holds / fails / inconclusive) and a figure."""
-    from attnbench.spec import parse_specs
+    from .runner import SETTING, run_claims, select_checks
+    from .smoke import run_smoke
 
     try:
         specs = parse_specs(attn) if attn is not None else None
-        from .runner import SETTING, select_checks
 
         select_checks(only, skip)  # unknown names fail here, before any work
         if opts.out and update_committed:
@@ -45,13 +46,11 @@ def run_command(
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
     if smoke:
-        from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db,
                                            out=opts.out, console=console), opts)
 
     def run():
-        from .runner import run_claims
 
         return run_claims(attentions=specs, only=only, skip=skip, opts=opts, console=console,
                           update_committed=update_committed)

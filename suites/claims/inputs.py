@@ -13,6 +13,11 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
+from attnbench.api.spec import parse_spec
+from attnbench.engine.presets import load_suite_preset
+from attnbench.image.teacher import find_trained
+from attnbench.results.store import resolve_db
+
 TEACHER_PRESET = "tiny"
 REAL_IMAGES = 64  # test images whose q, k the real-input checks read (64 x 65 tokens x 2 heads x 4 layers)
 
@@ -34,7 +39,6 @@ class TeacherRef:
 
 
 def no_teacher_reason(db: Optional[str]) -> str:
-    from attnbench.store import resolve_db
 
     return (f"no trained vision/{TEACHER_PRESET} softmax ViT in {resolve_db(db).name} (none committed either): "
             f"`attnbench run vision --attn softmax --preset {TEACHER_PRESET}` trains one (about a minute)")
@@ -42,9 +46,6 @@ def no_teacher_reason(db: Optional[str]) -> str:
 
 def find_teacher(db: Optional[str], seed: int = 0) -> Optional[TeacherRef]:
     """The store's softmax ViT of ``vision/tiny`` (seed ``seed``), or None."""
-    from attnbench.image.teacher import find_trained
-    from attnbench.presets import load_suite_preset
-
     pre = load_suite_preset("vision", TEACHER_PRESET)
     found = find_trained(pre, db, seed)
     if found is None:
@@ -58,8 +59,6 @@ def load_teacher(ref: TeacherRef):
     """``(model, splits, preset)``: the teacher in eval mode and the digits splits it was trained on."""
     from attnbench.image.classify import build_classifier, load_splits
     from attnbench.models.vit import load_pretrained
-    from attnbench.presets import load_suite_preset
-    from attnbench.spec import parse_spec
 
     pre = load_suite_preset("vision", TEACHER_PRESET)
     splits = load_splits(pre, None)

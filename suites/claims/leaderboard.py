@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import board_title, boards, commits_of, label_of
-from attnbench.store import Measurement
+from attnbench.results.store import Measurement
+from attnbench.views.tables import board_title, boards, commits_of, fmt_bytes, fmt_n, label_of, table_view
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",
          "laplacian-ns", "laplacian-ns-vs-cg", "laplacian-nystrom", "stella-variance", "memory", "adala-depth")
@@ -67,7 +67,6 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
 def memory_table(recs: list[Measurement], setting: str, device: str):
     """The memory check's numbers: peak forward memory per N with the ratio to softmax (reference) where softmax
     ran, beside what the paper prints."""
-    from attnbench.tables import fmt_bytes, fmt_n
 
     sizes = sorted({n for r in recs for n in r.metrics["sizes"]})
     rows = []
@@ -87,7 +86,7 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
         rows.append([label_of(r), *cells, m.get("paper", "")])
     rows.append(["softmax (reference)", *[fmt_bytes(soft[n]) if n in soft else "size limit" for n in sizes], ""])
     cap = ("Peak bytes of tensors alive at once in one forward pass (B = 1, H = 1, d = 64, float32, no autograd; "
-           "attnbench.bench.memory.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
+           "attnbench.measure.memory.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
            "reference form (its N x N matrices) at the same N; 'size limit': softmax not run (its two N x N float32 "
            "matrices exceed the cap). The papers' numbers are whole models on GPUs against their own baselines: "
            "context, not comparable.")
@@ -96,6 +95,5 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
 
 
 def view():
-    from attnbench.tables import table_view
 
     return table_view(measured_tables)

@@ -13,12 +13,17 @@ import difflib
 from pathlib import Path
 from typing import Optional, Sequence
 
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.tables import slug
-from attnbench.spec import AttentionSpec, parse_spec
-from attnbench.store import point_hash
-from attnbench.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary
+from attnbench.api.spec import AttentionSpec, parse_spec
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, default_line
+from attnbench.results.store import point_hash, project_root
+from attnbench.views.tables import slug
+
+from .checks import Skip, checks
+from .figures import COLORS
+from .inputs import find_teacher, no_teacher_reason
+from .leaderboard import st_short
 
 SUITE = "claims"
 SETTING = "claims/cpu"
@@ -29,7 +34,6 @@ COMMITTED_OUT = Path("results") / "claims"          # the committed figures: wri
 def select_checks(only: Optional[str], skip: Optional[str]) -> list:
     """The checks named by ``--only`` (all when None) minus those named by ``--skip``; unknown names are an
     error with the closest names."""
-    from .checks import checks
 
     known = checks()
 
@@ -77,8 +81,6 @@ def figure_path(out: Path, cell: Cell) -> Path:
 
 def _display(path: Path) -> str:
     """A figure's path as recorded: relative to the project root when under it (committed results stay valid)."""
-    from attnbench.store import project_root
-
     try:
         return str(path.resolve().relative_to(project_root().resolve()))
     except ValueError:
@@ -86,7 +88,6 @@ def _display(path: Path) -> str:
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, out: Path, teacher, no_teacher: str) -> CellResult:
-    from .checks import Skip
 
     check, spec, inp, order = cell.payload
     if inp == "real" and teacher is None:
@@ -108,9 +109,6 @@ def run_cell(cell: Cell, ctx: CellContext, *, out: Path, teacher, no_teacher: st
 def _line(o: Outcome) -> str:
     from rich.markup import escape
 
-    from .figures import COLORS
-    from .leaderboard import st_short
-
     m = o.metrics
     if o.status == "ok" and "verdict" in m:
         v = m["verdict"]
@@ -119,7 +117,6 @@ def _line(o: Outcome) -> str:
                 f"{escape(st_short(st))}")
     if o.status == "skipped" and not o.skipped:
         return f"  {escape(o.cell.label)}  [yellow]skipped[/]  {escape(o.error or '')}"
-    from attnbench.sweep import default_line
 
     return default_line(o)
 
@@ -131,10 +128,6 @@ def run_claims(*, attentions: Optional[Sequence[AttentionSpec]] = None, only: Op
     ``fields`` of them, e.g. ``db=``, ``out=``, ``seed=``). Figures go to ``out``, else ``results/runs/claims``
     (gitignored); ``update_committed`` writes them over the committed ``results/claims``."""
     import torch
-
-    from attnbench.store import project_root
-
-    from .inputs import find_teacher, no_teacher_reason
 
     opts = run_options(opts, **fields)
     seed, db, out = opts.only_seed(), opts.db, opts.out

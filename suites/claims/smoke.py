@@ -12,6 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.smoke import first_failure, smoke_dirs
+from attnbench.engine.sweep import run_sweep
+
+from .inputs import find_teacher, no_teacher_reason
+from .runner import SETTING, SUITE, _line, plan_cells, run_cell, select_checks
+
 #: The smallest inputs of each check (keys are the check's own settings; a check missing here is an error).
 SMOKE_SETTINGS: dict[str, dict] = {
     "nala-entropy": {"batch": 1, "tokens": 64},
@@ -30,8 +37,6 @@ SMOKE_SETTINGS: dict[str, dict] = {
 
 def smallest(checks: Sequence) -> list:
     """The checks with their smoke settings; a check without an entry in :data:`SMOKE_SETTINGS` is an error."""
-    from attnbench.errors import AttnbenchError
-
     out = []
     for c in checks:
         if c.name not in SMOKE_SETTINGS:
@@ -52,12 +57,6 @@ def run_smoke(*, attentions=None, only: Optional[str] = None, skip: Optional[str
     import torch
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.smoke import first_failure, smoke_dirs
-    from attnbench.sweep import run_sweep
-
-    from .inputs import find_teacher, no_teacher_reason
-    from .runner import SETTING, SUITE, _line, plan_cells, run_cell, select_checks
 
     console = console or Console()
     checks = select_checks(only, skip)

@@ -7,7 +7,7 @@ Modules: ``config`` (presets, variants), ``data`` (corpora, tokenizers, packing)
 ``leaderboard`` and ``reported/*.toml``. Importing this package registers the suite cheaply (no torch).
 """
 
-from attnbench.registry import Suite, register_suite
+from attnbench.api.suites import Suite, register_suite
 
 from . import cli as _cli
 from . import eval_cli as _eval_cli

@@ -21,7 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from attnbench.errors import AttnbenchError
+from attnbench.api import plugins
+from attnbench.core.errors import AttnbenchError
 
 FORMAT = 1
 FILES = ("config.json", "model.pt", "tokenizer.json")
@@ -43,8 +44,6 @@ class LoadedLM:
 def save_lm(folder: str | os.PathLike, model, tokenizer, *, eos_id: int, max_length: int, meta: dict) -> Path:
     """Write the artifact into ``folder`` (via a temporary sibling renamed into place: never half-written)."""
     import torch
-
-    from attnbench import plugins
 
     used = plugins.provenance(str(meta.get("variant", "")), model.cfg.to_dict())
     if used:  # the plug-ins its layers come from: load_lm loads them again (lm-eval's process, another machine)
@@ -102,7 +101,6 @@ def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
     try:
         recorded = (cfg_file.get("meta") or {}).get("plugins") or {}
         if recorded:  # a model with a plug-in's feature map: its plug-in first (exported to lm-eval's children too)
-            from attnbench import plugins
 
             loaded = {p.source: p for p in plugins.activate(list(recorded))}
             for source, digest in recorded.items():

@@ -6,10 +6,10 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 ATTN_HELP = ("LM variants, comma-separated: LAYER[+MAP][:key=value...], LAYER deltanet | gated_deltanet, MAP a "
              "registered feature map (default silu, the published layers; nala), options qk_norm=l2|k|none, "
@@ -34,6 +34,7 @@ def run_command(
     """Train DeltaNet / Gated DeltaNet language models with each feature map on the same tokens, then score them
     with lm-eval (held-out perplexity and multiple choice offline; the paper's tasks where the hub is reachable)."""
     from .config import load_preset, parse_variants
+    from .smoke import run_smoke
 
     try:
         variants = parse_variants(attn)
@@ -45,7 +46,6 @@ def run_command(
     if smoke:
         if data is not None:
             fail("--smoke writes its own small JSONL corpus; drop --data")
-        from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(pre, variants, seed=opts.only_seed(), db=opts.db, out=opts.out,
                                            console=console), opts)

@@ -7,7 +7,7 @@ A preset file has::
     [model]                     # attnbench.models.lm.LMConfig fields shared by both layer kinds
     [model.deltanet]            # the DeltaNet model's own fields (layers, heads, head_dim, expand_v, use_gate)
     [model.gated_deltanet]      # the Gated DeltaNet model's
-    [train]                     # attnbench.train.TrainConfig
+    [train]                     # attnbench.engine.train.TrainConfig
     [eval]                      # lm-eval after training: tasks, batch size, limit
 
 A variant (``--attn``) is ``LAYER[+MAP][:key=value...]``: ``LAYER`` is ``deltanet`` or ``gated_deltanet``,
@@ -24,12 +24,15 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from attnbench import presets
-from attnbench.errors import AttnbenchError, UnknownNameError
-from attnbench.presets import PresetError, check_keys
-from attnbench.presets import preset_names as _preset_names
-from attnbench.spec import Spec, check_distinct, check_options, split_spec
-from attnbench.train import TrainConfig
+from attnbench.api.options import check_options
+from attnbench.api.registry import get_feature_map, options_of
+from attnbench.api.spec import Spec, check_distinct, split_spec
+from attnbench.core.errors import AttnbenchError, UnknownNameError
+from attnbench.engine import presets
+from attnbench.engine.presets import PresetError, check_keys
+from attnbench.engine.presets import preset_names as _preset_names
+from attnbench.engine.train.config import TrainConfig
+from attnbench.models.lm import LMConfig
 
 from .data import DataConfig
 
@@ -45,7 +48,6 @@ VARIANT_SYNTAX = "LAYER[+MAP][:key=value...] (e.g. gated_deltanet+nala:qk_norm=k
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """lm-eval after training (``attnbench eval lm`` does the same on any checkpoint)."""
-
     tasks: list[str] = dataclasses.field(default_factory=list)
     batch_size: int = 8
     limit: int = 0          # 0: every document / example
@@ -55,7 +57,7 @@ class EvalConfig:
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """A model of the table: the layer kind with its model options (``LMConfig`` fields) and the feature map, a
-    :class:`attnbench.spec.Spec` of kind ``feature map`` with the map's own options."""
+    :class:`attnbench.api.spec.Spec` of kind ``feature map`` with the map's own options."""
 
     layer: str
     map: Spec = dataclasses.field(default_factory=lambda: Spec("silu", {}, "feature map"))
@@ -93,8 +95,6 @@ class LMPreset(presets.SuitePreset):
 
     def model_config(self, variant: Variant, vocab_size: int):
         """The :class:`attnbench.models.lm.LMConfig` of ``variant`` in this preset, for a vocabulary."""
-        from attnbench.models.lm import LMConfig
-
         fields = {**self.model, **self.layers.get(variant.layer, {}), **dict(variant.model_options)}
         return LMConfig(layer=variant.layer, vocab_size=vocab_size, feature_map=variant.feature_map,
                         feature_options=dict(variant.map_options), **fields)
@@ -126,11 +126,9 @@ def load_preset(name_or_path: str | Path) -> LMPreset:
 
 
 def parse_variant(text: str) -> Variant:
-    """One ``LAYER[+MAP][:key=value...]`` (the grammar of :func:`attnbench.spec.split_spec`): each option goes to
+    """One ``LAYER[+MAP][:key=value...]`` (the grammar of :func:`attnbench.api.spec.split_spec`): each option goes to
     the model when it is one of ``VARIANT_MODEL_OPTIONS``, else to the map; names and value types are checked by
-    the one validator (:func:`attnbench.spec.check_options`) against ``LMConfig``'s and the map's defaults."""
-    from attnbench.models.lm import LMConfig
-    from attnbench.registry import get_feature_map, options_of
+    the one validator (:func:`attnbench.api.options.check_options`) against ``LMConfig``'s and the map's defaults."""
 
     head, opts = split_spec(text, what="--attn", syntax=VARIANT_SYNTAX)
     layer, _, fmap = head.partition("+")

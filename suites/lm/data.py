@@ -29,11 +29,11 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import numpy as np
 
-from attnbench.errors import DataError  # a corpus that cannot be read (the message names it and what to do)
+from attnbench.core.errors import DataError  # a corpus that cannot be read (the message names it and what to do)
 
 SOURCES = ("stdlib", "files", "hub")
 EOT = "<|endoftext|>"
@@ -357,7 +357,3 @@ def load_corpus(cfg: DataConfig, cache_root: Path, console=None) -> Corpus:
                   test_docs=folder / "test.jsonl", n_docs=meta["n_docs"], n_bytes=meta["bytes"], seq_len=cfg.seq_len)
 
 
-def test_documents(corpus: Corpus, limit: Optional[int] = None) -> list[str]:
-    with open(corpus.test_docs, encoding="utf-8") as f:
-        docs = [json.loads(line)["text"] for line in f]
-    return docs[:limit] if limit else docs

@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Any, Iterator, Optional, Sequence
 
-from attnbench.errors import AttnbenchError
+from attnbench.core.errors import AttnbenchError
 
 OFFLINE_VARS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -66,9 +66,12 @@ def hub_mode(offline: bool) -> Iterator[None]:
 
 
 import lm_eval.models  # noqa: E402,F401  (placeholders of lm-eval's own models: get_model imports them only
+
 #                                            while its registry is empty, which ours would no longer be)
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
+
+from .artifact import load_lm
 
 # Run as `python -m attnbench.suites.lm.evaluate` this body is `__main__`: do not register a second class
 # under the same name (lm-eval's registry refuses it); the main block imports the real module instead.
@@ -109,7 +112,6 @@ class AttnbenchLM(TemplateLM):
                             f"batch_size, device, max_gen_toks (or model, tokenizer, eos_id, max_length)")
 
         if pretrained is not None and loaded is None:
-            from .artifact import load_lm
 
             loaded = load_lm(str(pretrained))
         if loaded is not None:
@@ -466,8 +468,3 @@ def evaluate_checkpoint(path_or_loaded: Any, tasks: str | Sequence[str], *, incl
     return {"lm_eval": simplify(res), "n": sample_counts(res), "lm_eval_version": lm_eval.__version__,
             "tasks": names, "num_fewshot": num_fewshot, "limit": limit}
 
-
-if __name__ == "__main__":  # lm-eval's own CLI with the `attnbench` model registered
-    from attnbench.suites.lm.eval_cli import lm_eval_main
-
-    lm_eval_main()

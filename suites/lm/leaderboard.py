@@ -9,8 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
-from attnbench.store import Measurement
+from attnbench.results.reported import leaderboard_tables
+from attnbench.results.store import Measurement
+from attnbench.views.tables import (
+    aggregate,
+    board_title,
+    commits_of,
+    fmt_seeds,
+    latest,
+    seed_note,
+    seed_rows,
+    table_view,
+    timing_mark,
+    unfinished_caption,
+)
 
 # the lm-eval (task, metric) behind each column, as in FLA's README evaluation and NaLaFormer's Table 5
 COLUMNS = (("Wiki. ppl↓", "wikitext", "word_perplexity"), ("LMB. ppl↓", "lambada_openai", "perplexity"),
@@ -46,14 +58,13 @@ def _mean_of(rs: list[Measurement], metric: str, digits: int) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str):
-    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, dict[str, list[Measurement]]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
     out = []
     for (setting, device), by_task in sorted(groups.items()):
-        # a row is a variant over its seeds (attnbench.tables.seed_rows): test perplexity and bits/byte are means
+        # a row is a variant over its seeds (attnbench.views.tables.seed_rows): test perplexity and bits/byte are means
         # over seeds, the other columns its latest seed's
         over_seeds = {k[4]: rs for k, rs in seed_rows(by_task.get("pretrain", []),
                                                       key=lambda r: r.attention).items()}
@@ -112,12 +123,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
 
 
 def _reported() -> list:
-    from attnbench.reported import leaderboard_tables
 
     return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 def view():
-    from attnbench.tables import table_view
 
     return table_view(measured_tables, extra=_reported)

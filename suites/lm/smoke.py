@@ -8,7 +8,7 @@ each variant's model is built at the preset's full size and trained by the prese
 clipping, gradient accumulation, the NaN and divergence guards) for 3 steps at a batch of 2 in float32, validated,
 checkpointed at step 1, stopped inside step 2 and resumed from that checkpoint, scored on the test split, written
 as an artifact and scored by lm-eval on the local held-out tasks (a few documents). Then one line per variant:
-its parameters and the full run's cost (:class:`attnbench.smoke.FullRunCost`).
+its parameters and the full run's cost (:class:`attnbench.engine.smoke.FullRunCost`).
 
 What the smoke changes: steps (3), batch (2; micro-batches of 1 when the preset accumulates), precision (float32),
 the split fractions (3% each for validation and test: a dozen short documents each), the windows per
@@ -27,6 +27,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.models.lm import build_lm
+
+from .config import EvalConfig
+from .data import DataConfig
+from .train import next_token_loss, run_lm
 
 SMOKE_STEPS = 3
 SMOKE_BATCH = 2
@@ -53,9 +60,6 @@ def write_corpus(path: Path, *, n_docs: int = 400, n_words: int = 12000, words_p
 
 def smoke_preset(pre, corpus: Path):
     """The preset as the smoke runs it (see the module docstring for each change)."""
-    from .config import EvalConfig
-    from .data import DataConfig
-
     d = pre.data
     data = DataConfig(source="files", path=str(corpus), text_field="text",
                       tokenizer=d.tokenizer if d.tokenizer in ("bpe", "bytes") else "bpe", vocab_size=d.vocab_size,
@@ -78,11 +82,6 @@ def run_smoke(pre, variants: Sequence, *, seed: int = 0, db: Optional[str] = Non
     import torch
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.models.lm import build_lm
-    from attnbench.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
-
-    from .train import next_token_loss, run_lm
 
     console = console or Console()
     with smoke_dirs(out, db, "lm") as d:

@@ -2,9 +2,9 @@
 then scored by lm-eval.
 
 ``attnbench run lm`` -> :func:`run_lm`: the corpus of the preset (:mod:`.data`, tokenised once and cached), the
-model of :mod:`attnbench.models.lm`, the shared trainer (:mod:`attnbench.train`: AdamW, warm-up + cosine,
+model of :mod:`attnbench.models.lm`, the shared trainer (:mod:`attnbench.engine.train`: AdamW, warm-up + cosine,
 clipping, accumulation, bf16 autocast on CUDA, checkpoints and resume, the NaN and divergence guards, DDP /
-FSDP2 under ``--nproc``) and sweep (:mod:`attnbench.sweep`). Per cell the store gets the validation loss at the
+FSDP2 under ``--nproc``) and sweep (:mod:`attnbench.engine.sweep`). Per cell the store gets the validation loss at the
 best step, the test split's loss, perplexity and bits per byte, the unigram entropy of the corpus (the loss of a
 model that learned only token frequencies), parameters, delta-rule state size, tokens/s and wall time; the
 trained model is written as an artifact (:mod:`.artifact`) that ``attnbench eval lm`` (lm-eval) scores next.
@@ -23,14 +23,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
-from attnbench.train import Dist, TrainHooks, TrainOrder, TrainTask, train
-from attnbench.train.memory import PeakMeter
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.engine.train.dist import Dist
+from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
+from attnbench.measure.peak import PeakMeter
+from attnbench.models.lm import build_lm, key_feature_dim
+from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
+from attnbench.results.store import Store, point_hash
 
+from .artifact import save_lm
 from .config import LMPreset, Variant, load_preset
 from .data import Corpus, DataConfig, load_corpus
+from .eval_runner import run_evaluation
 
 SUITE = "lm"
 HooksFor = Callable[[str], TrainHooks]
@@ -77,7 +83,6 @@ def plan_cells(pre: LMPreset, variants: Sequence[Variant], *, seed: int | Sequen
                corpus_fp: str) -> list[Cell]:
     """One cell per (variant, seed) (``seed``: one seed or several); a seed's cell is the same whether its run had
     other seeds or not (the seed is in params)."""
-    from attnbench.store import point_hash
 
     seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
@@ -100,10 +105,6 @@ def artifact_dir(work: Path, pre: LMPreset, cell: Cell) -> Path:
 def run_cell(cell: Cell, ctx: CellContext, *, corpus: Corpus, pre: LMPreset, device: torch.device, work: Path,
              hooks: Optional[HooksFor] = None) -> CellResult:
     """Train one variant, pick the best validation step, score the test split, write the artifact."""
-    from attnbench.models.lm import build_lm
-    from attnbench.ops.delta import resolve_delta_impl
-
-    from .artifact import save_lm
 
     dist = ctx.dist or Dist()
     variant: Variant = cell.payload
@@ -176,8 +177,6 @@ def with_data(pre: LMPreset, data: Optional[str]) -> LMPreset:
 def _check_fla_shapes(pre: LMPreset, variants: Sequence[Variant], device: torch.device) -> None:
     """Before any data is read: every variant whose delta rule runs on FLA's kernels here fits them (the key
     heads FLA takes; ``attnbench check --aot`` compiles the rest for the GPU)."""
-    from attnbench.models.lm import key_feature_dim
-    from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
 
     for v in variants:
         cfg = pre.model_config(v, 256)
@@ -232,9 +231,6 @@ def _evaluate_trained(summary: SweepSummary, pre: LMPreset, *, db, force, consol
                       device: torch.device) -> SweepSummary:
     """lm-eval on the checkpoint of every cell that trained (now or earlier), through ``attnbench eval lm``'s
     code; the returned summary fails if either step failed."""
-    from attnbench.store import Store
-
-    from .eval_cli import run_evaluation
 
     hashes = [o.cell.config_hash for o in summary.outcomes if o.result.status == "ok"]
     with Store(db) as store:

@@ -5,7 +5,7 @@ the leaderboard (``leaderboard``: ``attnbench table lra``, with the published nu
 Importing this package registers the suite (cheaply: no torch); the modules above are imported on use.
 """
 
-from attnbench.registry import Suite, register_suite
+from attnbench.api.suites import Suite, register_suite
 
 from . import cli as _cli
 from .leaderboard import view as _view

@@ -7,10 +7,11 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.api.spec import parse_specs
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 
 @clikit.run_command(suite="lra")
@@ -32,13 +33,12 @@ def run_command(
     """Train and evaluate attentions on the Long Range Arena; resumable; prints the leaderboard."""
     from pathlib import Path
 
-    from attnbench.spec import parse_specs
+    from .smoke import run_smoke
 
     task_list = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     if smoke:
         if data_dir is not None:
             fail("--smoke writes its own small data in the release formats; drop --data-dir")
-        from .smoke import run_smoke
 
         clikit.exit_with(lambda: run_smoke(attentions=parse_specs(attn or "softmax"), preset=preset, tasks=task_list,
                                            seed=opts.only_seed(), db=opts.db, out=opts.out, console=console), opts)

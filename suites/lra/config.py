@@ -20,9 +20,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from attnbench import presets, provenance
-from attnbench.presets import PresetError, build, check_keys, coerce
-from attnbench.presets import preset_names as _preset_names
+from attnbench.engine import presets
+from attnbench.results import provenance
+from attnbench.engine.presets import PresetError, build, check_keys, coerce
+from attnbench.engine.presets import preset_names as _preset_names
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 PAIR_TASKS = ("retrieval",)

@@ -31,9 +31,9 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from attnbench.errors import DataError, DataMissingError
-from attnbench.formats import read_cifar_batch as read_cifar_rgb
-from attnbench.protocol import UnknownNameError
+from attnbench.core.errors import DataError, DataMissingError
+from attnbench.io.formats import read_cifar_batch as read_cifar_rgb
+from attnbench.core.protocol import UnknownNameError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -461,7 +461,7 @@ def rgb_to_gray(rgb: np.ndarray) -> np.ndarray:
 
 
 def read_cifar_batch(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python pickle (read by :func:`attnbench.formats.read_cifar_batch`) -> (grey images ``[n, 1024]``
+    """One CIFAR-10 python pickle (read by :func:`attnbench.io.formats.read_cifar_batch`) -> (grey images ``[n, 1024]``
     uint8, labels ``[n]`` int64)."""
     rgb, labels = read_cifar_rgb(path, which=10)  # [n, 32, 32, 3], [n]
     return rgb_to_gray(rgb.reshape(len(rgb), 1024, 3)), labels

@@ -1,6 +1,6 @@
 """The LRA leaderboard: ``attnbench table lra`` and ``attnbench export --format markdown --suite lra``.
 
-A view over the results store (:mod:`attnbench.tables`): one accuracy table per (setting, device) — rows
+A view over the results store (:mod:`attnbench.views.tables`): one accuracy table per (setting, device) — rows
 attention, columns the tasks and their average, cells the test accuracy at the best validation step (mean ± std
 over seeds, n) — plus an efficiency table (training samples/s, peak memory, wall time per cell). Published numbers
 (``reported/*.toml``) are separate tables labelled "reported (...)", never rows of a measured table, and a setting's
@@ -14,9 +14,23 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import board_title, boards, commits_of, timing_mark
-from attnbench.store import Measurement
-
+from attnbench.results.reported import leaderboard_tables
+from attnbench.results.stats import above_rate_p, two_proportion_p, wilson_interval
+from attnbench.results.store import Measurement
+from attnbench.views.tables import (
+    aggregate,
+    board_title,
+    boards,
+    commits_of,
+    committed_records,
+    fmt_seeds,
+    latest,
+    machine_of,
+    seed_note,
+    seed_rows,
+    table_view,
+    timing_mark,
+)
 
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
 BASELINE = "softmax"
@@ -33,10 +47,8 @@ def _majority(by: dict, lab: str, t: str) -> float | None:
 
 
 def _fmt_cell(st, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
-    """One accuracy cell over its seeds (:func:`attnbench.tables.fmt_seeds`) with the marks of the caption of
+    """One accuracy cell over its seeds (:func:`attnbench.views.tables.fmt_seeds`) with the marks of the caption of
     :func:`measured_tables`; the marks test the mean over seeds as a proportion of the test set."""
-    from attnbench.stats import above_rate_p, two_proportion_p
-    from attnbench.tables import fmt_seeds
 
     n, mean = st.n_test or 0, st.mean
     marks = ""
@@ -73,8 +85,6 @@ def _committed_baseline(setting: str, device: str, tasks: list[str], by: dict) -
     main job trains only the new mechanisms): its accuracy per task where the committed cell had the same budget
     and data as the user's cells, labelled as committed with its machine; no marks (another run, another
     machine). None when no committed cell matches."""
-    from attnbench.tables import committed_records, latest, machine_of
-    from attnbench.stats import wilson_interval
 
     mine = {t: next((r for (lab, task), rs in by.items() if task == t for r in rs if r.status == "ok"), None)
             for t in tasks}
@@ -101,13 +111,11 @@ def _committed_baseline(setting: str, device: str, tasks: list[str], by: dict) -
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, caption) tables of measured LRA records, grouped by (setting, device)."""
-    from attnbench.tables import aggregate, seed_note, seed_rows
-
     out = []
     for (setting, device), recs in boards(records):
         tasks = [t for t in TASK_ORDER if any(r.task == t for r in recs)]
         labels = sorted({_label(r) for r in recs})
-        # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.tables.seed_rows)
+        # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.views.tables.seed_rows)
         by: dict[tuple[str, str], list[Measurement]] = {(lab, t): rs for (_s, _d, _dt, t, lab), rs
                                                         in seed_rows(recs, key=_label).items()}
         stats = {key: aggregate(rs) for key, rs in by.items()}
@@ -202,14 +210,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 def reported_tables() -> list[tuple[str, list[str], list[list[str]], str]]:
     """The published tables shown beside the measured ones (``reported/*.toml``)."""
-    from attnbench.reported import leaderboard_tables
-
     return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
-# --- rendering (the attnbench.tables view) ---------------------------------------------------------------------
+# --- rendering (the attnbench.views.tables view) ---------------------------------------------------------------------
 def view():
-    """The LRA view of :mod:`attnbench.tables` (``attnbench table lra``): measured tables, then the reported."""
-    from attnbench.tables import table_view
-
+    """The LRA view of :mod:`attnbench.views.tables` (``attnbench table lra``): measured tables, then the reported."""
     return table_view(measured_tables, extra=reported_tables)

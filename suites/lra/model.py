@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from attnbench.models import TransformerStack
-from attnbench.spec import AttentionSpec, as_specs
+from attnbench.api.spec import AttentionSpec, as_specs
 
 
 class Encoder(nn.Module):

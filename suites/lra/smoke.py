@@ -6,7 +6,7 @@ five-column TSVs, CIFAR-10's python pickles), then the preset's own pipeline —
 the model at the preset's size, AdamW under OneCycleLR, clipping, validation, the test split, the store — for
 three steps at a batch of two in float32. Each cell's first attempt stops inside step 2 after its step-1
 checkpoint; the rerun must resume from it. Then one line per (task, attention): the full run's cost
-(:class:`attnbench.smoke.FullRunCost`). What the smoke shortens: steps (3), batch (2), data (a few examples);
+(:class:`attnbench.engine.smoke.FullRunCost`). What the smoke shortens: steps (3), batch (2), data (a few examples);
 everything else is the preset's.
 """
 
@@ -19,7 +19,15 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from attnbench.errors import AttnbenchError
+from attnbench.api.spec import as_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+
+from . import generate
+from .config import PAIR_TASKS, load_preset
+from .data import PATHFINDER_DIRS
+from .model import build_model
+from .train import check_tasks, prepare_task, run_lra
 
 SMOKE_STEPS = 3
 SMOKE_BATCH = 2
@@ -90,8 +98,6 @@ def write_cifar(root: Path, per_batch: int, n_test: int, seed: int = 0) -> Path:
 
 def write_task_files(task: str, cfg, root: Path) -> None:
     """The few examples of ``task`` the smoke reads, in the release's layout under ``root`` (``--data-dir``)."""
-    from . import generate
-
     if task == "listops":
         hi = max(cfg.seq_len, 8)  # trees as long as the task's length, so the reader's cut is exercised
         generate.generate_listops(root, n_train=N_TRAIN, n_val=N_VAL, n_test=N_TEST, seed=0,
@@ -103,7 +109,6 @@ def write_task_files(task: str, cfg, root: Path) -> None:
     elif task == "image":
         write_cifar(root, per_batch=2, n_test=N_TEST)
     elif task == "pathfinder":
-        from .data import PATHFINDER_DIRS
 
         lengths = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
         contour = lengths[PATHFINDER_DIRS.get(cfg.difficulty, cfg.difficulty)]
@@ -142,13 +147,6 @@ def run_smoke(*, attentions: Sequence[str], preset: Optional[str], tasks: Option
     import torch
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
-    from attnbench.spec import as_specs
-
-    from .config import PAIR_TASKS, load_preset
-    from .model import build_model
-    from .train import check_tasks, prepare_task, run_lra
 
     console = console or Console()
     pre = load_preset(preset or "tiny")

@@ -3,15 +3,15 @@
 ``attnbench run lra`` -> :func:`run_lra`. For each task of the preset: the data (real files from ``--data-dir``,
 else generated into a cache directory when the preset says how, else the task is skipped with a message saying
 where to put the data); then, for each attention spec, one *cell*: the model of :mod:`.model` trained by the
-shared trainer (:mod:`attnbench.train`: AdamW under ``OneCycleLR`` as the reference ``run_tasks.py`` /
+shared trainer (:mod:`attnbench.engine.train`: AdamW under ``OneCycleLR`` as the reference ``run_tasks.py`` /
 Skyformer ``main.py``, validation every ``eval_every`` steps, early stopping by patience, checkpoints and
 resume), and the test split evaluated with the weights of the best validation step. The cells are run by the
-shared sweep (:mod:`attnbench.sweep`: skip finished, statuses, ``--shard``, summary and exit code).
+shared sweep (:mod:`attnbench.engine.sweep`: skip finished, statuses, ``--shard``, summary and exit code).
 
 Per cell the store gets one record (suite ``lra``, task, setting ``lra/<preset>``, attention spec + options,
 resolved impl, seed, provenance) and the metrics: test accuracy at the best validation step (``score`` in %,
 ``test_acc``), the majority-class test accuracy, training throughput (samples/s and tokens/s over the training
-steps only), peak memory (:class:`attnbench.train.memory.PeakMeter`) and wall time.
+steps only), peak memory (:class:`attnbench.measure.peak.PeakMeter`) and wall time.
 
 Data order: the training batch of step ``s`` is a slice of a permutation drawn from ``(seed, epoch)``; each rank
 takes its contiguous share of the global batch, so ``--nproc N`` (DDP) trains on the same global batches.
@@ -30,19 +30,23 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
-
 import torch.nn.functional as F
 
-from attnbench import provenance
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.spec import AttentionSpec, as_specs
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
-from attnbench.train import Dist, TrainConfig, TrainHooks, TrainOrder, TrainTask, train
-from attnbench.train.memory import PeakMeter
+from attnbench.api.spec import AttentionSpec, as_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.engine.train.config import TrainConfig
+from attnbench.engine.train.dist import Dist
+from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
+from attnbench.measure.peak import PeakMeter
+from attnbench.results import provenance
+from attnbench.results.store import point_hash
 
 from . import data as lra_data
+from . import generate
 from .config import PAIR_TASKS, TASKS, Preset, TaskConfig, load_preset
+from .model import build_model
 
 SUITE = "lra"
 
@@ -110,7 +114,6 @@ def ensure_generated(task: str, cfg: TaskConfig, cache: Path, console=None) -> P
 
     Written to a temporary directory and renamed into place when complete, so a killed generation never leaves
     a directory that looks finished."""
-    from . import generate
 
     d = generated_dir(task, cfg, cache)
     if (d / "COMPLETE").exists():
@@ -132,12 +135,15 @@ def ensure_generated(task: str, cfg: TaskConfig, cache: Path, console=None) -> P
             raise DataUnavailable(f"{task} has no generator")
     (tmp / "params.json").write_text(json.dumps({"task": task, **dataclasses.asdict(gen)}, indent=1) + "\n")
     (tmp / "COMPLETE").write_text(f"generated in {time.perf_counter() - t0:.1f} s\n")
-    if d.exists():  # leftovers of an older, incomplete layout
-        shutil.rmtree(d, ignore_errors=True)
-    try:
-        os.replace(tmp, d)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
+    for _ in range(2):
+        try:
+            os.replace(tmp, d)  # refused while d exists and is not empty
+            break
+        except OSError:
+            if (d / "COMPLETE").exists():  # another process finished first (and may be reading it): use its copy
+                shutil.rmtree(tmp, ignore_errors=True)
+                break
+            shutil.rmtree(d, ignore_errors=True)  # leftovers of an older, incomplete layout
     if console:
         console.print(f"generated {task} data in {time.perf_counter() - t0:.0f} s: {d}")
     return d
@@ -170,7 +176,6 @@ def prepare_task(task: str, cfg: TaskConfig, *, data_dir: Optional[Path], cache:
 
 class Batches:
     """Index -> batch tensors for one split (pre-padded when small, else padded per batch)."""
-
     def __init__(self, ds: lra_data.TokenDataset):
         self.ds = ds
         self.pair = ds.is_pair
@@ -244,7 +249,6 @@ def _warm_up(specs: Sequence[AttentionSpec], preset: Preset, device: torch.devic
     """One small training step per attention before any cell, outside every measurement: the first step of a
     process loads libraries and allocates pools (~100 MiB of RSS on a CPU), which would otherwise be charged to
     the first cell's peak memory and throughput. Leaves the global RNG state as it found it."""
-    from .model import build_model
 
     m = preset.model
     state = torch.get_rng_state()
@@ -267,7 +271,6 @@ def estimate_seconds(spec: AttentionSpec, preset: Preset, task: str, data: TaskD
     """Seconds one cell of ``task`` will take, from two timed training steps of ``spec`` at the task's length
     on a small batch (scaled to the real one), plus a share for evaluation. A rough guide, printed before a run
     starts; leaves the global RNG state as it found it."""
-    from .model import build_model
 
     cfg, m = preset.task(task), preset.model
     local_bs = cfg.batch_size // world
@@ -301,7 +304,6 @@ def _fmt_duration(s: float) -> str:
 @dataclasses.dataclass
 class CellPlan:
     """What ``run_cell`` needs besides the sweep's :class:`Cell`: the task's config and the spec."""
-
     cfg: TaskConfig
     spec: AttentionSpec
 
@@ -321,7 +323,6 @@ def plan_cells(preset: Preset, specs: Sequence[AttentionSpec], tasks: Sequence[s
     for the mechanism overridden by the spec's own; its identity (config hash, with the seed in its params) is
     unchanged from before the shared trainer for plain names, and a seed's cell is the same whether its run had
     other seeds or not."""
-    from attnbench.store import point_hash
 
     seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
@@ -350,8 +351,6 @@ def checkpoint_path(work: Path, setting: str, cell: Cell) -> Path:
 def run_cell(cell: Cell, ctx: CellContext, *, data: TaskData, preset: Preset, device: torch.device, work: Path,
              hooks: Optional[HooksFor] = None) -> CellResult:
     """Train, validate and test one (task, attention) cell; resumes from its checkpoint if there is one."""
-    from .model import build_model
-
     plan: CellPlan = cell.payload
     cfg, m, dist = plan.cfg, preset.model, ctx.dist
     pair = cell.task in PAIR_TASKS

@@ -6,10 +6,10 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 
 @clikit.run_command(suite="mixa")

@@ -4,11 +4,11 @@ A preset file has::
 
     name, description, source, setting  # strings; ``setting`` (default "mixa/<name>") keys the results
     vision                              # the vision preset (a name, or a .toml path relative to this file: the
-                                        # rule of attnbench.presets.resolve_reference): data, ViT, recipe, teacher
+                                        # rule of attnbench.engine.presets.resolve_reference): data, ViT, recipe, teacher
     [score]                             # ScoreConfig: the batches Eq. 3 is computed on, the form of A'
     [select]                            # SelectConfig: k and the two mechanisms (Eqs. 4-5 and 6-7)
     [kd]                                # KDConfig: soft-label distillation temperature and weight
-    [train]                             # attnbench.train.TrainConfig of the fine-tune of every variant
+    [train]                             # attnbench.engine.train.TrainConfig of the fine-tune of every variant
     [controls]                          # ControlsConfig: all-SteLLA, last-k, random-k seeds
 """
 
@@ -18,10 +18,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench import presets
-from attnbench.errors import AttnbenchError
-from attnbench.presets import preset_names as _preset_names
-from attnbench.train import TrainConfig
+from attnbench.api.spec import parse_spec
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine import presets
+from attnbench.engine.presets import preset_names as _preset_names
+from attnbench.engine.train.config import TrainConfig
 
 LINEAR_MATRICES = ("effective", "eq7")  # = score.LINEAR_MATRICES (kept torch-free here)
 SCORE_SPLITS = ("train", "val")
@@ -53,14 +54,13 @@ class ScoreConfig:
 class SelectConfig:
     """The top-``k`` layers get ``quadratic`` (ReLU quadratic attention, Eqs. 4-5), the rest ``linear`` (SteLLA,
     Eqs. 6-7); specs, so options may be given (``relu_quadratic:block_size=64``). The text is the preset's identity;
-    ``quadratic_spec`` / ``linear_spec`` are the :class:`attnbench.spec.Spec` s parsed from it once, on load."""
+    ``quadratic_spec`` / ``linear_spec`` are the :class:`attnbench.api.spec.Spec` s parsed from it once, on load."""
 
     k: int = 6
     quadratic: str = "relu_quadratic"
     linear: str = "stella"
 
     def __post_init__(self) -> None:
-        from attnbench.spec import parse_spec
 
         if self.k < 0:
             raise ValueError(f"select.k must be >= 0, got {self.k}")
@@ -75,7 +75,6 @@ class SelectConfig:
 @dataclasses.dataclass(frozen=True)
 class KDConfig:
     """Soft-label KD (Hinton et al.): ``alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * CE``."""
-
     temperature: float = 1.0
     alpha: float = 0.5
 

@@ -7,8 +7,20 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.tables import board_title, commits_of, latest, timing_mark, unfinished_caption
-from attnbench.store import Measurement
+from attnbench.results.stats import two_proportion_p
+from attnbench.results.store import Measurement
+from attnbench.views.tables import (
+    aggregate,
+    board_title,
+    commits_of,
+    fmt_seeds,
+    latest,
+    seed_note,
+    seed_rows,
+    table_view,
+    timing_mark,
+    unfinished_caption,
+)
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
 
@@ -39,8 +51,6 @@ def _studies(recs: list[Measurement]) -> list[list[Measurement]]:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.stats import two_proportion_p
-    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
@@ -50,7 +60,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     out = []
     for (setting, device, k), recs in studies:
         rows = []
-        # a row is a variant over its seeds (attnbench.tables.seed_rows); its teacher (a run seed trains its own)
+        # a row is a variant over its seeds (attnbench.views.tables.seed_rows); its teacher (a run seed trains its own)
         # and selected layers may differ by seed
         rows_of = {key[4]: rs for key, rs in seed_rows(recs, key=lambda r: r.attention,
                                                        vary=("seed", "teacher", "quadratic_layers", "specs",
@@ -124,6 +134,5 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 
 def view():
-    from attnbench.tables import table_view
 
     return table_view(measured_tables)

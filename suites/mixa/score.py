@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench.errors import AttnbenchError
-from attnbench.spec import AttentionSpec, parse_spec
+from attnbench.core.errors import AttnbenchError
+from attnbench.api.spec import AttentionSpec, parse_spec
 
 LINEAR_MATRICES = ("effective", "eq7")
 

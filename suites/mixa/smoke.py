@@ -14,11 +14,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from attnbench.api.spec import parse_spec
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.image import smoke as vsmoke
+from attnbench.image.classify import build_classifier
+from attnbench.image.smoke import full_run_cost
+
 from .config import MixaPreset, load_preset
+from .train import layer_specs, run_mixa
 
 
 def smoke_preset(pre: MixaPreset) -> MixaPreset:
-    from attnbench.image import smoke as vsmoke
 
     train = vsmoke.smoke_train(pre.train)
     score = dataclasses.replace(pre.score, batches=min(pre.score.batches, 2), batch_size=vsmoke.SMOKE_BATCH)
@@ -30,13 +36,6 @@ def variant_costs(pre: MixaPreset, outcomes, num_classes: int) -> list[tuple[str
     """``[(what, FullRunCost)]``: the teacher's vision run, then each variant's fine-tune (student forward +
     backward and the teacher's forward, per image) at the preset's steps."""
     import torch
-
-    from attnbench.image.classify import build_classifier
-    from attnbench.image.smoke import full_run_cost
-    from attnbench.smoke import FullRunCost, train_flops
-    from attnbench.spec import parse_spec
-
-    from .train import layer_specs
 
     vp = pre.vision
     teacher = build_classifier(parse_spec("softmax"), vp, num_classes).eval()
@@ -59,11 +58,6 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
     """Run the smoke (module docstring); returns the exit code (0 ok, 1 a cell failed or did not resume)."""
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.image import smoke as vsmoke
-    from attnbench.smoke import StopOnce, smoke_dirs
-
-    from .train import run_mixa
 
     console = console or Console()
     pre = preset if isinstance(preset, MixaPreset) else load_preset(preset)

@@ -21,13 +21,28 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from attnbench.errors import AttnbenchError
-from attnbench.provenance import file_id
-from attnbench.spec import Spec
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
-from attnbench.train import TrainOrder, TrainTask, train
-from attnbench.train.memory import PeakMeter
+from attnbench.api.spec import Spec
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary, per_seed
+from attnbench.engine.train.trainer import TrainOrder, TrainTask, train
+from attnbench.image.classify import (
+    StepBatches,
+    build_classifier,
+    evaluate,
+    flops_per_image,
+    inference_memory,
+    inference_throughput,
+    load_splits,
+    majority_accuracy,
+    mixed_batch,
+    recipe_loss,
+)
+from attnbench.image.teacher import get_teacher
+from attnbench.measure.peak import PeakMeter
+from attnbench.models.vit import VIT_SIZES, load_pretrained, resolve_impl
+from attnbench.results.provenance import file_id
+from attnbench.results.store import point_hash
 
 from . import score as mixa_score
 from .config import MixaPreset, load_preset
@@ -85,7 +100,6 @@ def layer_specs(pre: MixaPreset, depth: int, quadratic_layers) -> list[Spec]:
 
 def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerScores, teacher_id: str,
                seed: int, device: str, data_fingerprint: str) -> list[Cell]:
-    from attnbench.store import point_hash
 
     selected = mixa_score.top_k(scores.scores, k)
     base = {"seed": seed, "preset": pre.name, "vision_preset": pre.vision.name, "teacher": teacher_id,
@@ -116,9 +130,6 @@ def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerS
 def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, teacher_path: Path,
              teacher_top1: Optional[float], scores: mixa_score.LayerScores, device: torch.device, work: Path,
              hooks=None) -> CellResult:
-    from attnbench.image.classify import (StepBatches, build_classifier, evaluate, flops_per_image, inference_memory,
-                                          inference_throughput, majority_accuracy, mixed_batch, recipe_loss)
-    from attnbench.models.vit import load_pretrained, resolve_impl
 
     dist = ctx.dist
     vp = pre.vision
@@ -206,10 +217,6 @@ def run_mixa(*, preset: str | MixaPreset = "tiny", teacher: Optional[str] = None
     ``db=``, ``out=``, ``seed=``). ``hooks(task, attention)``: trainer hooks of a variant's fine-tune;
     ``eval_limit``: validation and test cut to their first images (smoke runs)."""
     from rich.markup import escape
-
-    from attnbench.models.vit import VIT_SIZES
-    from attnbench.image.classify import evaluate, load_splits
-    from attnbench.image.teacher import get_teacher
 
     opts = run_options(opts, **fields)
     # each seed has its own teacher (and so its own Eq. 3 selection): one run per seed

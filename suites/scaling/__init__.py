@@ -1,11 +1,11 @@
 """The scaling suite: time, peak memory and FLOPs of each attention as the sequence grows.
 
-A plug-in: this module registers the suite's :class:`attnbench.registry.Suite` record, and stays cheap to
+A plug-in: this module registers the suite's :class:`attnbench.api.suites.Suite` record, and stays cheap to
 import (no torch): every ``attnbench`` invocation discovers all suites. The parts, imported when used:
 
 - ``cli``: ``attnbench run scaling`` (:func:`~.cli.run_scaling_cmd`);
 - ``runner``: :func:`plan_scaling` (a preset plus overrides -> the points) and :func:`run_scaling` (measure the
-  points into a :class:`attnbench.store.Store`);
+  points into a :class:`attnbench.results.store.Store`);
 - ``config``: presets, TOML data in ``presets/`` (:func:`load_preset`);
 - ``leaderboard``: leaderboards and plots (``attnbench table/plot scaling``);
 - ``ingest``: pytest-benchmark JSON files (``attnbench ingest``).
@@ -18,9 +18,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnbench.registry import Suite, register_suite
+from attnbench.api.suites import Suite, register_suite
 
 from .cli import run_scaling_cmd
+from .ingest import ingest
+from .leaderboard import VIEW
 
 _LAZY = {
     "config": ("DEFAULT_PRESET", "Check", "Grid", "PresetError", "ScalingPreset", "Timing", "load_preset",
@@ -43,10 +45,8 @@ def __getattr__(name: str) -> Any:
 
 
 class _LazyView:
-    """The suite's :class:`attnbench.tables.View`, imported on first use (``table``/``plot``/``export``)."""
-
+    """The suite's :class:`attnbench.views.tables.View`, imported on first use (``table``/``plot``/``export``)."""
     def _view(self):
-        from .leaderboard import VIEW
 
         return VIEW
 
@@ -56,8 +56,6 @@ class _LazyView:
 
 def _ingest(path, store):
     """pytest-benchmark JSON (from pytest benchmarks --benchmark-json)."""
-    from .ingest import ingest
-
     return ingest(path, store)
 
 

@@ -10,8 +10,10 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.runctx import RunOptions
+from attnbench.api.spec import parse_specs
+from attnbench.cli import kit as clikit
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 
 @clikit.run_command(suite="scaling", one_process="each point is measured alone in its own child process (a "
@@ -44,8 +46,6 @@ def run_scaling_cmd(
 ) -> None:
     """Time, peak memory and FLOPs of each attention as N grows, gated on correctness; resumable. --threads is the
     torch thread count of every point (in its child process; another count is another setting)."""
-    from attnbench.errors import AttnbenchError
-    from attnbench.spec import parse_specs
 
     from .runner import plan_cli
 

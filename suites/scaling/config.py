@@ -11,10 +11,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attnbench.bench.timing import DTYPES, MODES
-from attnbench import presets
-from attnbench.presets import PresetError
-from attnbench.presets import preset_names as _preset_names
+from attnbench.measure.timing import DTYPES, MODES
+from attnbench.engine import presets
+from attnbench.engine.presets import PresetError
+from attnbench.engine.presets import preset_names as _preset_names
 
 DEFAULT_PRESET = "cpu-default"
 
@@ -53,7 +53,7 @@ class Timing:
 @dataclasses.dataclass
 class Check:
     seq_len: int = 128
-    rtol: float | None = None     # replaces the per-dtype floor of attnbench.tolerance (None: the policy's floor)
+    rtol: float | None = None     # replaces the per-dtype floor of attnbench.checks.tolerance (None: the policy's floor)
 
 
 @dataclasses.dataclass

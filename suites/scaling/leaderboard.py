@@ -3,10 +3,10 @@ log-log plots over the store's records (and the committed reference results).
 
 Per (setting, task, dtype, device) — a *board* — it gives: time at each N (median ± IQR, ratio to softmax at the
 same N), GFLOP/s at the largest N, peak memory at each N (ratio to softmax) and the empirical exponents (the
-least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.tables.fit_exponent`).
+least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.views.tables.fit_exponent`).
 
 Memory. The primary figure is ``peak_tensor_bytes``: the peak bytes of tensors alive at once during one call,
-above the inputs, counted at the tensor level (:class:`attnbench.bench.memory.TensorMemory`), so the same on any CPU
+above the inputs, counted at the tensor level (:class:`attnbench.measure.memory.TensorMemory`), so the same on any CPU
 and allocator. The secondary figure is the process-level RSS peak (``peak_rss_bytes``); where the RSS rose by less
 than its resolution it is recorded as None with the reason (``rss_note``) and shown as ``< res.``, never as 0.
 Records written before the tensor-level figure existed carry only ``peak_mem_bytes`` (RSS on the CPU, the CUDA
@@ -22,9 +22,9 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.tables import (BASELINE, Source, View, commits_of, describe_records, fit_exponent, fmt_bytes, fmt_n,
+from attnbench.views.tables import (BASELINE, Source, View, commits_of, describe_records, fit_exponent, fmt_bytes, fmt_n,
                               fmt_time, label_of, latest, machine_of, md_table, slug)
-from attnbench.store import Measurement
+from attnbench.results.store import Measurement
 
 TENSOR_KEY = "peak_tensor_bytes"    # primary: tensor-level peak (allocator-independent)
 RSS_KEY = "peak_rss_bytes"          # secondary: process RSS peak (None + rss_note below its resolution)
@@ -339,7 +339,7 @@ def plot_scaling(source: Source, out_dir: Path, prefix: str = "scaling") -> list
 
 
 def scaling_data(source: Source) -> list:
-    """The boards of ``source`` as (title, header, rows, caption) tables (printed by attnbench.tables)."""
+    """The boards of ``source`` as (title, header, rows, caption) tables (printed by attnbench.views.tables)."""
     return [t for board in scaling_boards(source.records) for t in _board_tables(board, source, "\n")]
 
 

@@ -1,6 +1,6 @@
-"""One point of the scaling sweep, measured in a fresh child (:func:`attnbench.bench.isolation.run_in_child`):
-the correctness gate (:func:`attnbench.verify.verify_resolved`) at a small shape, then the first call (its time
-and process-level peak memory), one call under the FLOP counter and :class:`~attnbench.bench.memory.TensorMemory`,
+"""One point of the scaling sweep, measured in a fresh child (:func:`attnbench.measure.isolation.run_in_child`):
+the correctness gate (:func:`attnbench.checks.verify.verify_resolved`) at a small shape, then the first call (its time
+and process-level peak memory), one call under the FLOP counter and :class:`~attnbench.measure.memory.TensorMemory`,
 then timing. A point that fails the gate is recorded ``incorrect`` and never timed ("a speedup is never reported
 on a red gate")."""
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from attnbench import registry
-from attnbench.bench.flops import flop_counter
-from attnbench.bench.memory import TensorMemory, timed_first_call
-from attnbench.bench.timing import MODES, make_step, parse_dtype, time_fn
-from attnbench.verify import verify_resolved
+from attnbench.api import registry
+from attnbench.measure.flops import flop_counter
+from attnbench.measure.memory import TensorMemory, timed_first_call
+from attnbench.measure.timing import MODES, make_step, parse_dtype, time_fn
+from attnbench.checks.verify import verify_resolved
 
 
 @dataclasses.dataclass

@@ -1,14 +1,14 @@
 """The scaling sweep: every (attention spec, mode, causal, dtype, N) point measured in its own child process.
 
-An attention is a spec (:mod:`attnbench.spec`: ``nala`` or ``nala:lam=2``); its options, over the preset's
+An attention is a spec (:mod:`attnbench.api.spec`: ``nala`` or ``nala:lam=2``); its options, over the preset's
 options for that mechanism, are recorded with every point and make it a point of its own. When a run starts,
 runs of this host whose process was killed are marked ``interrupted``
-(:meth:`attnbench.store.Store.reap_dead_runs`), and the machine (:func:`attnbench.provenance.machine`) is printed
+(:meth:`attnbench.results.store.Store.reap_dead_runs`), and the machine (:func:`attnbench.results.provenance.machine`) is printed
 and recorded in the run's environment.
 
-The loop is the one of every suite, :func:`attnbench.sweep.run_sweep` (skip finished points, ``--shard K/N``,
+The loop is the one of every suite, :func:`attnbench.engine.sweep.run_sweep` (skip finished points, ``--shard K/N``,
 statuses, summary, exit code); this module turns the plan into cells and measures one cell. For each point, in a
-fresh child (:func:`attnbench.bench.isolation.run_in_child`): the correctness gate at a small shape
+fresh child (:func:`attnbench.measure.isolation.run_in_child`): the correctness gate at a small shape
 (status ``incorrect``, no timing, if it fails), the first call at N (its process-level peak memory), one call
 under the FLOP counter and the tensor-level memory count, then warm-up and repeated timing
 (:func:`.measure.measure_point`). The parent records one measurement
@@ -33,14 +33,21 @@ import os
 import warnings
 from typing import Any, Iterable
 
-from attnbench import provenance, registry
-from attnbench.bench import isolation
-from attnbench.errors import AttnbenchError
-from attnbench.spec import AttentionSpec, as_specs, label_of
-from attnbench.store import Measurement, Store, point_hash
-from attnbench.sweep import Cell
+from attnbench.api import registry
+from attnbench.api.spec import AttentionSpec, as_specs, label_of
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions
+from attnbench.engine.smoke import fmt_duration, smoke_dirs
+from attnbench.engine.sweep import Cell, CellResult
+from attnbench.measure import isolation
+from attnbench.measure.flops import count_flops
+from attnbench.measure.timing import make_step
+from attnbench.results import provenance
+from attnbench.results.store import Measurement, Store, point_hash
+from attnbench.views import tables
+from attnbench.views.tables import fmt_bytes, fmt_time
 
-from .config import DEFAULT_PRESET, ScalingPreset, Grid, load_preset, parse_seq, task_name
+from .config import DEFAULT_PRESET, Grid, ScalingPreset, load_preset, parse_seq, parse_seq_list, task_name
 from .measure import PointSpec, measure_point
 
 SUITE = "scaling"
@@ -77,7 +84,6 @@ class Point:
 @dataclasses.dataclass
 class ScalingPlan:
     """A resolved sweep: the preset after command-line overrides, the setting name and the points."""
-
     preset: ScalingPreset
     setting: str
     attentions: list[str]       # spec labels (name or name:key=value...)
@@ -110,7 +116,7 @@ def plan_scaling(preset: str | ScalingPreset = DEFAULT_PRESET, *,
                  mem_budget_gb: float | None = None, seed: int | None = None) -> ScalingPlan:
     """Apply command-line overrides to a preset and list the points.
 
-    ``attentions`` replaces the preset's list: attention specs (:class:`attnbench.spec.AttentionSpec`, or their
+    ``attentions`` replaces the preset's list: attention specs (:class:`attnbench.api.spec.AttentionSpec`, or their
     text ``name[:key=value...]``), each validated, its options over the preset's options for that mechanism
     (the preset's own names that are not registered yet are skipped with a warning). Every spec is built once at
     the plan's sizes, so a value the mechanism refuses fails here, before any point runs. ``seq`` replaces the
@@ -235,7 +241,6 @@ def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> st
     if status != "ok":
         why = (error or "").strip().splitlines()
         return f"[yellow]{status}[/]" + (f" ({escape(why[-1][:120])})" if why else "")
-    from attnbench.tables import fmt_bytes, fmt_time
 
     mt = metrics
     med, iqr = mt.get("time_median_s"), mt.get("time_iqr_s") or 0.0
@@ -251,7 +256,7 @@ def _summary_line(status: str, metrics: dict[str, Any], error: str | None) -> st
 
 
 def cells_of(plan: ScalingPlan) -> list[Cell]:
-    """The plan's points as :class:`attnbench.sweep.Cell` s (N ascending within each attention, task, dtype)."""
+    """The plan's points as :class:`attnbench.engine.sweep.Cell` s (N ascending within each attention, task, dtype)."""
     return [Cell(task=p.task, attention=p.attention, config_hash=plan.point_hash(p), options=dict(p.options),
                  params=plan.params(p), dtype=p.dtype, seed=plan.preset.seed, payload=p, name=p.label())
             for p in plan.points]
@@ -262,7 +267,7 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
                 machine: dict | None = None, shard: tuple[int, int] | None = None) -> ScalingResult:
     """Measure every point of ``plan`` (of shard ``(K, N)`` if given) into ``store``; returns this run's records.
 
-    The loop is :func:`attnbench.sweep.run_sweep` (skip finished points, reap runs of dead processes, statuses,
+    The loop is :func:`attnbench.engine.sweep.run_sweep` (skip finished points, reap runs of dead processes, statuses,
     Ctrl-C / SIGTERM -> the point in flight ``interrupted`` and the run interrupted, summary, exit code); each
     point runs in a child process (``child=False``: in this process, no memory isolation, no time limit; for
     debugging). Before the sweep the machine is measured (or ``machine``, already measured, is used) so the run's
@@ -270,9 +275,6 @@ def run_scaling(plan: ScalingPlan, store: Store, *, force: bool = False, inject:
     earlier run or earlier in this one, are recorded ``skipped``.
     """
     from rich.console import Console
-
-    from attnbench.runctx import RunContext, RunOptions
-    from attnbench.sweep import CellResult
 
     console = console or Console(stderr=True)
     run = RunContext(RunOptions(db=str(store.path), force=force, shard=shard, argv=argv), suite=SUITE,
@@ -351,8 +353,6 @@ def plan_cli(preset: str, *, attn: list[AttentionSpec] | None, seq: str | None, 
              batch: int | None, threads: int | None, seed: int | None, time_budget: float | None,
              mem_budget_gb: float | None, console) -> ScalingPlan:
     """:func:`plan_scaling` of the command line's text (its warnings printed on ``console``)."""
-    from .config import parse_seq_list
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plan = plan_scaling(preset, attentions=attn or None,
@@ -372,8 +372,6 @@ def run_cli(plan: ScalingPlan, *, opts, console=None, show_table: bool = False) 
     ``opts.shard`` only, if given) into ``opts.db``, and (``show_table``) print the setting's leaderboard."""
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench import tables
 
     console = console or Console()
     with Store(opts.db) as store:
@@ -419,9 +417,6 @@ def flop_exponent(p: Point, plan: ScalingPlan) -> float:
 
     import torch
 
-    from attnbench.bench.flops import count_flops
-    from attnbench.bench.timing import make_step
-
     counts = []
     n = max(plan.preset.check.seq_len, 16)
     for length in (n, 2 * n):
@@ -456,8 +451,6 @@ def run_smoke(plan: ScalingPlan, *, db: str | None = None, console=None) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from attnbench.smoke import smoke_dirs
-
     console = console or Console()
     small = smoke_plan(plan)
     with smoke_dirs(None, db, "scaling") as d, Store(d.db) as store:
@@ -479,7 +472,6 @@ def run_smoke(plan: ScalingPlan, *, db: str | None = None, console=None) -> int:
                 if by_kind[k].status == "ok"}
         total = sum(estimate_point_s(p, plan, by_kind[k], exps[k]) for p in plan.points
                     for k in [(p.spec, p.task, p.dtype)] if by_kind[k].status == "ok")
-    from attnbench.smoke import fmt_duration
 
     lengths = sorted({p.seq_len for p in plan.points})
     console.print(f"full sweep: {len(plan.points)} points ({len(plan.attentions)} attention(s), N "

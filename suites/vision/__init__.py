@@ -6,7 +6,7 @@ the ViT classifier and the teacher are the core's (:mod:`attnbench.image`), shar
 Importing this package registers the suite (cheaply: no torch); the modules above are imported on use.
 """
 
-from attnbench.registry import Suite, register_suite
+from attnbench.api.suites import Suite, register_suite
 
 from . import cli as _cli
 from .leaderboard import view as _view

@@ -6,10 +6,11 @@ from typing import Optional
 
 import typer
 
-from attnbench import clikit
-from attnbench.clikit import console, fail
-from attnbench.errors import AttnbenchError
-from attnbench.runctx import RunOptions
+from attnbench.api.spec import parse_specs
+from attnbench.cli import kit as clikit
+from attnbench.cli.kit import console, fail
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunOptions
 
 
 @clikit.run_command(suite="vision")
@@ -31,8 +32,6 @@ def run_command(
     *, opts: RunOptions,
 ) -> None:
     """Train the same ViT with each attention on the same images and recipe; accuracy, speed and memory."""
-    from attnbench.spec import parse_specs
-
     if smoke:
         if data_dir is not None:
             fail("--smoke writes its own small data in the preset's format; drop --data-dir")

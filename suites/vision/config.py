@@ -5,7 +5,7 @@ A preset file has::
     name, description, source          # strings; ``setting`` (default "vision/<name>") keys the results
     [data]                             # DataConfig: which images, at what size
     [model]                            # ModelConfig: the ViT (attnbench.models.vit) around the attention
-    [train]                            # attnbench.train.TrainConfig (steps, batch, lr, schedule, ...)
+    [train]                            # attnbench.engine.train.TrainConfig (steps, batch, lr, schedule, ...)
     [recipe]                           # RecipeConfig: label smoothing, mixup / cutmix, evaluation batch, workers
     [sweep]                            # ResolutionSweep: resolutions for throughput / memory after training
     [attn_options.<attention>]         # build options of one mechanism (a spec's own options override them)
@@ -17,9 +17,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from attnbench import presets
-from attnbench.presets import preset_names as _preset_names
-from attnbench.train import TrainConfig
+from attnbench.engine import presets
+from attnbench.engine.presets import preset_names as _preset_names
+from attnbench.engine.train.config import TrainConfig
+from attnbench.image.data import class_counts, detect_folder
 
 DATA_KINDS = ("digits", "cifar10", "cifar100", "imagenet")
 
@@ -62,7 +63,6 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The ViT of :func:`attnbench.models.vit.build_vit`."""
-
     size: str = "deit_tiny"
     patch_size: int = 16
     global_pool: str = "token"
@@ -137,7 +137,6 @@ def with_folder(pre: VisionPreset, data_dir: Optional[str]) -> VisionPreset:
     whole training split. Any other preset, or no folder: ``pre`` unchanged."""
     if data_dir is None or pre.data.kind != "digits":
         return pre
-    from attnbench.image.data import class_counts, detect_folder
 
     kind, root = detect_folder(data_dir)
     data = dataclasses.replace(pre.data, kind=kind, classes=None)

@@ -8,18 +8,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from attnbench.tables import board_title, boards, commits_of, timing_mark, unfinished_caption
-from attnbench.store import Measurement
+from attnbench.results.reported import leaderboard_tables
+from attnbench.results.stats import above_rate_p, two_proportion_p
+from attnbench.results.store import Measurement
+from attnbench.views.tables import (
+    aggregate,
+    board_title,
+    boards,
+    commits_of,
+    fmt_seeds,
+    seed_note,
+    seed_rows,
+    table_view,
+    timing_mark,
+    unfinished_caption,
+)
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-    from attnbench.stats import above_rate_p, two_proportion_p
-    from attnbench.tables import aggregate, fmt_seeds, seed_note, seed_rows
 
     out = []
     for (setting, device), recs in boards(records):
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
-        # a row is a spec over its seeds (attnbench.tables.seed_rows); columns other than top-1: its latest seed
+        # a row is a spec over its seeds (attnbench.views.tables.seed_rows); columns other than top-1: its latest seed
         rows_of = {k[4]: rs for k, rs in seed_rows(recs, key=lambda r: r.attention).items()}
         stats = {lab: aggregate(rs) for lab, rs in rows_of.items()}
         scored = [lab for lab, st in stats.items() if st is not None]
@@ -105,13 +116,9 @@ def resolution_table(records: list[Measurement], setting: str, device: str):
 
 def _reported() -> list:
     """The main published tables (the ablations stay in ``reported/*.toml``)."""
-    from attnbench.reported import leaderboard_tables
-
     return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 def view():
-    """The vision view of :mod:`attnbench.tables`: measured tables, then the reported ones."""
-    from attnbench.tables import table_view
-
+    """The vision view of :mod:`attnbench.views.tables`: measured tables, then the reported ones."""
     return table_view(measured_tables, extra=_reported)

@@ -10,16 +10,19 @@ float32, data-loader workers at most 1, evaluations on the first 4 images, the r
 the preset's resolutions other than the training one (the position embedding resampled) at batch 1, a validation
 carve of 1 image per class (2 images for CIFAR). Each cell's first attempt stops in
 step 2 after its step-1 checkpoint and the rerun must resume from it. Then one line per attention: the full run's
-cost (:class:`attnbench.smoke.FullRunCost`).
+cost (:class:`attnbench.engine.smoke.FullRunCost`).
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from attnbench.api.spec import as_specs
+from attnbench.engine.smoke import StopOnce, smoke_dirs
 from attnbench.image.smoke import EVAL_LIMIT, SMOKE_BATCH, SMOKE_STEPS, full_run_cost, smoke_preset, write_data
 
-from .config import VisionPreset
+from .config import VisionPreset, load_preset
+from .train import run_vision
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -29,12 +32,6 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
     1 a cell failed or did not resume)."""
     from rich.console import Console
     from rich.markup import escape
-
-    from attnbench.smoke import StopOnce, smoke_dirs
-    from attnbench.spec import as_specs
-
-    from .config import load_preset
-    from .train import run_vision
 
     console = console or Console()
     pre = preset if isinstance(preset, VisionPreset) else load_preset(preset)

@@ -5,7 +5,7 @@ attention spec; accuracy beside speed and memory.
 :func:`attnbench.image.classify.fit_classifier` (the preset's data from :mod:`attnbench.image.data`, the ViT of
 :func:`attnbench.models.vit.build_vit`, the shared trainer with AdamW, warm-up + cosine, checkpoints and resume,
 ``--nproc`` DDP, the DeiT recipe's label smoothing and mixup / cutmix from timm) in the shared sweep
-(:mod:`attnbench.sweep`). Per cell the store gets top-1 (and top-5) on the test split at the best validation
+(:mod:`attnbench.engine.sweep`). Per cell the store gets top-1 (and top-5) on the test split at the best validation
 step (``score`` = test top-1 in %), the validation top-1 at the last step, parameters, FLOPs per image
 (``torch.utils.flop_counter``), training and inference throughput (images/s), peak memory, wall time, and the
 trained weights' path (the teacher of other runs).
@@ -18,14 +18,16 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from attnbench.errors import AttnbenchError
-from attnbench.provenance import file_id
+from attnbench.api.spec import AttentionSpec, as_specs
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import RunContext, RunOptions, run_options
+from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
+from attnbench.engine.train.trainer import TrainHooks
 from attnbench.image.classify import build_classifier, fit_classifier, load_splits, tokens_of
 from attnbench.models import BlockOptions
-from attnbench.spec import AttentionSpec, as_specs
-from attnbench.runctx import RunContext, RunOptions, run_options
-from attnbench.sweep import Cell, CellContext, CellResult, Outcome, SweepSummary
-from attnbench.train import TrainHooks
+from attnbench.models.vit import VIT_SIZES, load_pretrained
+from attnbench.results.provenance import file_id
+from attnbench.results.store import point_hash
 
 from .config import VisionPreset, load_preset, with_folder
 
@@ -37,7 +39,6 @@ def plan_cells(pre: VisionPreset, specs: Sequence[AttentionSpec], *, seed: int |
                data_fingerprint: str, pretrained: Optional[str] = None) -> list[Cell]:
     """One cell per (spec, seed) (``seed``: one seed or several); a seed's cell is the same whether its run had
     other seeds or not (the seed is in params)."""
-    from attnbench.store import point_hash
 
     seeds = [seed] if isinstance(seed, int) else list(seed)
     cells = []
@@ -101,7 +102,6 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
     if not specs:
         raise AttnbenchError("give at least one attention (--attn softmax,nala,...)")
     pre = with_folder(preset if isinstance(preset, VisionPreset) else load_preset(preset), data_dir)
-    from attnbench.models.vit import VIT_SIZES
 
     size = VIT_SIZES.get(pre.model.size)
     if size is None:
@@ -127,7 +127,6 @@ def run_vision(*, attentions: Sequence[str | AttentionSpec], preset: str | Visio
             if not path.is_file():
                 raise AttnbenchError(f"--pretrained {path}: no such file")
             ckpt_id = file_id(path)
-            from attnbench.models.vit import load_pretrained
 
             load_pretrained(build_classifier(specs[0], pre, splits.num_classes), path)  # does it fit? before any cell
         cells = plan_cells(pre, specs, seed=seeds, device=device.type, data_fingerprint=splits.fingerprint,

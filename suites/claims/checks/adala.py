@@ -22,10 +22,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attnbench.image.classify import build_classifier
+from attnbench.models.vit import load_pretrained
+
 from .. import figures
 from ..criteria import Criterion, bootstrap
 from ..inputs import images, load_teacher
-from . import ClaimCheck, Context, Result, Skip
+from .base import ClaimCheck, Context, Result, Skip
 
 
 def _capture(model, x):
@@ -95,8 +98,6 @@ def run_depth(ctx: Context) -> Result:
                      f"errors lies above 1; fails if it lies at or below 1")
     if ctx.teacher is None:
         raise Skip("no trained model for real inputs")
-    from attnbench.image.classify import build_classifier
-    from attnbench.models.vit import load_pretrained
 
     teacher, splits, pre = load_teacher(ctx.teacher)
     teacher.requires_grad_(False)

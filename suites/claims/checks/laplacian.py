@@ -27,16 +27,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from attnbench.api.registry import build, get_attention, options_of
+from attnbench.attention.laplacian import QK_SCALES, laplace_kernel
+from attnbench.ops.nystrom import newton_schulz_pinv
+
 from .. import figures
 from ..criteria import Criterion, Statistic, bootstrap, excess_kurtosis, spearman
 from ..inputs import cached_real_qk
-from . import ClaimCheck, Context, Result, Skip
+from .base import ClaimCheck, Context, Result, Skip
 
 ERR_FLOOR = 1e-12  # below this both solvers are at float64 round-off: a ratio there is noise
 
 
 def _options(spec) -> dict:
-    from attnbench.registry import get_attention, options_of
 
     return {**options_of(get_attention("laplacian")), **dict(spec.options)}
 
@@ -120,7 +123,6 @@ def landmark_matrices(ctx: Context, opts: dict) -> tuple[torch.Tensor, str]:
     """The landmark kernel matrices W = k(Q~, K~) (Eq. 9) the mechanism inverts, ``[G, m, m]`` float64, built by
     the mechanism itself (its ``qk_scale``, landmark pooling and λ); the ``tied`` input uses K = Q (the
     paper's symmetric PSD form)."""
-    from attnbench.registry import build
 
     s = ctx.settings
     if ctx.input in ("synthetic", "tied"):
@@ -146,8 +148,6 @@ def landmark_matrices(ctx: Context, opts: dict) -> tuple[torch.Tensor, str]:
 
 def ns_errors(P: torch.Tensor, exact: torch.Tensor, iters: int, scaling: str) -> np.ndarray:
     """``[iters + 1, G]``: relative Frobenius error of Newton–Schulz after 0 .. iters iterations."""
-    from attnbench.ops.nystrom import newton_schulz_pinv
-
     out = []
     for it in range(iters + 1):
         X = newton_schulz_pinv(P, iters=it, scaling=scaling)
@@ -271,7 +271,6 @@ def exact_laplacian_attention(q, k, v, lam: float, eps: float, qk_scale: str = "
     """The Laplacian-kernel attention without Nyström: G = exp(−‖s q_i − s k_j‖₁/λ) in full (s the mechanism's
     ``qk_scale``), then the injective normalisation of Eq. 4 exactly as ``LaplacianAttention.forward_reference``
     applies it to its Ĝ."""
-    from attnbench.attention.laplacian import QK_SCALES, laplace_kernel
 
     s = QK_SCALES[qk_scale](q.shape[-1])
     G = laplace_kernel(q * s, k * s, lam)  # [B, H, N, N]
@@ -302,7 +301,6 @@ def run_nystrom(ctx: Context) -> Result:
     v = torch.randn(B, H, N, d, generator=torch.Generator().manual_seed(ctx.seed + 1), dtype=q.dtype)
     exact = exact_laplacian_attention(q, k, v, opts["lam"], opts["whiten_eps"], opts["qk_scale"] or "none")
     ms = sorted({m for m in [2 ** i for i in range(2, 16)] if m < N} | {N})
-    from attnbench.registry import build
 
     dists = []
     for m in ms:  # the spec's options with the landmarks swept

@@ -3,7 +3,7 @@ papers' largest (tens of thousands of tokens: NaLaFormer's "70K+ tokens" super-r
 "ultra-long sequence super-resolution", LaplacianFormer's Fig. 3b, PolaFormer's LRA).
 
 ``memory``. Measured: the peak bytes of tensor storages alive at once during one forward pass (B = 1, H = 1,
-d = 64, float32, no autograd) by :class:`attnbench.bench.memory.TensorMemory` (allocator-independent: the same on any
+d = 64, float32, no autograd) by :class:`attnbench.measure.memory.TensorMemory` (allocator-independent: the same on any
 CPU), for the mechanism at each N and for softmax in its reference form (the N x N matrix the papers' baselines
 materialise; SDPA's fused CPU kernel keeps its scratch out of sight of a tensor count) up to the size where its
 two N x N float32 matrices exceed a cap. Statistic: the growth exponent of the mechanism's peak in N (slope of
@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.api.registry import build
+from attnbench.measure.memory import TensorMemory
+
 from .. import figures
 from ..criteria import Criterion, Statistic, log_slope
-from . import ClaimCheck, Context, Result
+from .base import ClaimCheck, Context, Result
 
 # What the papers print (notes in ../shared/papers/notes/): whole-model peak memory, GPU, their baselines.
 PAPERS = {
@@ -32,8 +35,6 @@ PAPERS = {
 
 def peak_bytes(attn, n: int, dim: int, seed: int = 0) -> int:
     """Peak tensor bytes of one forward of ``attn`` at B = 1, H = 1, N = ``n`` (inputs not counted)."""
-    from attnbench.bench.memory import TensorMemory
-
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, 1, n, dim, generator=g) for _ in range(3))
     with torch.no_grad(), TensorMemory() as mem:
@@ -49,7 +50,6 @@ def run_memory(ctx: Context) -> Result:
                      f"peak forward memory grows at most linearly in N from {sizes[0]} to {sizes[-1]} tokens: the "
                      f"slope of log(peak bytes) against log N is below {s['linear_below']}; fails at "
                      f"{s['fails_above']} or above (softmax's N x N is 2), inconclusive in between")
-    from attnbench.registry import build
 
     mech, soft, ratio = [], [], []
     for n in sizes:

@@ -25,7 +25,7 @@ import torch
 from .. import figures
 from ..criteria import Criterion, Statistic, bootstrap
 from ..inputs import cached_real_qk
-from . import ClaimCheck, Context, Result, Skip
+from .base import ClaimCheck, Context, Result, Skip
 
 
 def feature_map(spec, heads: int, head_dim: int, seq_len: int):

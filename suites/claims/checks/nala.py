@@ -19,10 +19,12 @@ import math
 import numpy as np
 import torch
 
+from attnbench.api.registry import get_attention
+
 from .. import figures
 from ..criteria import Criterion, Statistic, spearman_pooled
 from ..inputs import cached_real_qk
-from . import ClaimCheck, Context, Result, Skip
+from .base import ClaimCheck, Context, Result, Skip
 
 NEGATIVE = ("softmax", "nala")  # Theorem 1 (softmax) and Sec. 3.1 / Fig. 3 (nala): PSE falls as ‖q‖ grows
 BAND = 0.1  # |ρ| below this is "no correlation" (the usual weak-effect convention), fixed before measuring
@@ -156,7 +158,6 @@ def run_nonneg(ctx: Context) -> Result:
 
 
 def _is_feature_map(spec) -> bool:
-    from attnbench.registry import get_attention
 
     return hasattr(get_attention(spec.name), "feature_map_cls")
 

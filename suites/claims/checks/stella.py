@@ -16,7 +16,7 @@ import torch
 
 from .. import figures
 from ..criteria import Criterion, Statistic, log_slope
-from . import ClaimCheck, Context, Result
+from .base import ClaimCheck, Context, Result
 
 BOUNDED = ("stella", "relu_quadratic")  # Eqs. 4-7 with α = N: Var(O) bounded (Theorem 5.2)
 

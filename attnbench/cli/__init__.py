@@ -1,0 +1,1 @@
+"""The ``attnbench`` command: the only package that imports typer and the console."""

@@ -1,0 +1,1 @@
+"""Running suites: the run context, the cell sweep, presets, smoke runs, the trainer and distribution."""

@@ -1,0 +1,1 @@
+"""Results: the store, provenance of records, statistics, and the papers' reported numbers."""
