@@ -36,25 +36,18 @@ def tmp_db(tmp_path, monkeypatch):
     return path
 
 
-# The longest tests (a minute or more on one core) start first, so that under pytest-xdist no worker is left
-# running one of them alone at the end.
-LONGEST_FIRST = (
-    "tests/test_vision_run.py::test_the_tiny_preset_learns_the_digits_through_the_cli",
-    "tests/test_aot.py",
-    "tests/test_vision_run.py::test_two_gloo_processes_match_one",
-    "tests/test_lm.py::test_two_gloo_processes_match_one",
-    "tests/test_vision_run.py::test_the_teacher_is_found_in_the_store_or_trained_first",
-    "tests/test_adala.py::test_end_to_end_cli_records",
-    "tests/test_plugins.py::test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes",
-    "tests/test_lm_eval.py::test_lm_eval_cli_offline_subprocess",
-)
+# Under pytest-xdist (`-n 2 --dist worksteal`) each worker starts with half of this order and an idle worker takes
+# tests from the end of the other's queue. The longest test starts first; next the files whose module fixtures are
+# costly (a file's tests stay together on the front of a queue, so their fixture is built once); the short tests
+# come last, where they balance the two workers.
+FIRST = ("tests/test_vision_run.py::test_the_tiny_preset_learns_the_digits_through_the_cli",
+         "tests/test_aot.py", "tests/test_adala.py", "tests/test_lm_eval.py", "tests/test_plugins.py",
+         "tests/test_lm.py", "tests/test_train.py", "tests/test_vision_run.py", "tests/test_engine_cli.py",
+         "tests/test_smoke.py")
 
 
 def pytest_collection_modifyitems(config, items):
     def rank(item):
-        for i, prefix in enumerate(LONGEST_FIRST):
-            if item.nodeid.startswith(prefix):
-                return i
-        return len(LONGEST_FIRST)
+        return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
 
     items.sort(key=rank)  # stable: every other test keeps its order

@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("adala")
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 

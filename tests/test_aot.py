@@ -28,9 +28,6 @@ triton = pytest.importorskip("triton", reason="the compile check needs triton (p
 
 from attnbench.checks import aot  # noqa: E402
 
-# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("aot")
-
 OWN_KERNELS = {"_fwd_kernel", "_bwd_dq_kernel", "_bwd_dk_kernel", "_bwd_dv_kernel", "_nala_fwd_kernel",
                "_nala_bwd_kernel", "_l1_fwd_kernel", "_l1_bwd_x_kernel", "_l1_bwd_y_kernel", "_ns_step_kernel"}
 SPLIT_KERNELS = {"_fwd_kernel", "_bwd_dv_kernel"}   # M = 256 upcast to float32: M split over programs

@@ -22,9 +22,6 @@ from pathlib import Path
 import pytest
 import torch
 
-# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("lm_eval")
-
 pytest.importorskip("lm_eval")
 pytest.importorskip("tokenizers")
 

@@ -25,9 +25,6 @@ from attnbench.api import suites as suite_registry
 from attnbench.views import report as reportpage, tables
 from attnbench.core.errors import AttnbenchError, UnknownNameError
 
-# its module-scoped fixtures are built once: every test of this file runs on one pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("report_page")
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 

@@ -61,6 +61,17 @@ def git_info(path: str | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
+def in_history(commit: str | None, path: str | None = None) -> bool:
+    """Whether ``commit`` is HEAD or an ancestor of it in the repository holding the attnbench sources."""
+    if not commit:
+        return False
+    try:
+        return subprocess.run(["git", "-C", path or str(PACKAGE_DIR), "merge-base", "--is-ancestor", commit, "HEAD"],
+                              capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def package_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}

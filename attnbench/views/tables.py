@@ -674,7 +674,6 @@ def table(suite: str, *, db: str | None = None, setting: str | None = None, comm
     if view.extra_data is not None and not reported:
         extra = view.extra_data() if fmt in ("table", "md") else []  # json / tsv stay machine-readable
         if extra:
-            console.print()
             console.print(f"{len(extra)} reported table(s), published numbers not measured here "
                           f"(`attnbench table {suite} --reported` prints them whole):", highlight=False)
             for title, _, rows, _ in extra:
@@ -741,12 +740,27 @@ def environment_markdown(records: list[Measurement]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_committable(records: list[Measurement], out: Path) -> None:
+    """Records written into this repository's ``results/`` are what gets committed: each must come from a clean
+    tree at a commit of this repository's history, so that its commit holds the code that made it."""
+    committed = PACKAGE_ROOT / "results"
+    if not out.resolve().is_relative_to(committed.resolve()):
+        return
+    bad = sorted({f"{(r.git_commit or 'no commit')[:10]}{' (dirty)' if r.git_dirty is not False else ''}"
+                  for r in records if r.git_dirty is not False or not provenance.in_history(r.git_commit)})
+    if bad:
+        raise AttnbenchError(f"{out}: records made from a tree with uncommitted changes or at a commit not in this "
+                             f"repository's history ({', '.join(bad[:5])}); results are committed only from a clean "
+                             f"tree: commit the code, run again, then export")
+
+
 def export(records: list[Measurement], fmt: str, out: str | Path | None = None, *, suite: str | None = None,
            label: str = "exported results", committed: bool = False) -> str:
     """Render ``records`` as csv (flat rows), jsonl (full records) or markdown (the suite's leaderboard and the
     environment; ``committed``: titled as the committed reference results, else as the user's runs). Writes
     ``out`` if given (atomically), returns the text. Paths in the records are made machine-free
-    (:func:`attnbench.results.provenance.portable`): an export is what gets committed and shared."""
+    (:func:`attnbench.results.provenance.portable`): an export is what gets committed and shared, and a jsonl
+    export into this repository's ``results/`` takes only records of a clean tree at a commit of its history."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     root = project_root()
@@ -754,6 +768,7 @@ def export(records: list[Measurement], fmt: str, out: str | Path | None = None, 
                                    params=provenance.portable(r.params, root)) for r in records]
     if fmt == "jsonl":
         if out:
+            _check_committable(records, Path(out))
             write_jsonl(records, out)
             return Path(out).read_text()
         import json
