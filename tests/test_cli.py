@@ -178,7 +178,8 @@ def test_an_lra_run_with_no_data_for_any_task_fails_and_is_recorded_failed(tmp_p
 def test_run_claims_writes_no_committed_file(tmp_path):
     import subprocess
 
-    from attnbench.results.store import Store, project_root
+    from attnbench.results.paths import project_root
+    from attnbench.results.store import Store
 
     root = project_root()
     before = subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=root, capture_output=True,

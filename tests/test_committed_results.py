@@ -10,7 +10,7 @@ import pytest
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
-from attnbench.results.store import read_jsonl
+from attnbench.results.records import read_jsonl
 from attnbench.views import tables
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -153,13 +153,17 @@ def _cli(*args, cwd):
                           text=True, timeout=300)
 
 
-def test_bad_attn_fails_before_any_data_is_generated(tmp_path, preset):
+def test_bad_attn_fails_before_any_data_is_generated(tmp_path, preset, monkeypatch):
+    import attnbench.cli.main as cli_mod
+
+    monkeypatch.chdir(tmp_path)
     for bad, msg in ((",", "names no attention"), ("nala:lamb=1", "unknown option(s) 'lamb'"),
                      ("nalla", "did you mean 'nala'")):
-        p = _cli("run", "lra", "--attn", bad, "--preset", str(preset), "--db", str(tmp_path / "x.db"), "--out",
-                 str(tmp_path / "w"), cwd=tmp_path)
-        assert p.returncode == 2 and msg in p.stdout, p.stdout + p.stderr
-        assert "Traceback" not in p.stdout + p.stderr
+        p = CliRunner().invoke(cli_mod.app, ["run", "lra", "--attn", bad, "--preset", str(preset), "--db",
+                                             str(tmp_path / "x.db"), "--out", str(tmp_path / "w")],
+                               env={"COLUMNS": "200"})
+        assert p.exit_code == 2 and msg in p.output, p.output
+        assert "Traceback" not in p.output
     assert not (tmp_path / "w").exists() and not (tmp_path / "x.db").exists()
 
 
@@ -202,7 +206,8 @@ class _Killed(BaseException):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_a_damaged_lra_checkpoint_is_one_line_and_force_recovers(tmp_path, preset, damage):
+def test_a_damaged_lra_checkpoint_is_one_line_and_force_recovers(tmp_path, preset, damage, monkeypatch):
+    import attnbench.cli.main as cli_mod
     from attnbench.engine.train.trainer import TrainHooks
     from attnbench.suites.lra.train import run_lra
 
@@ -223,9 +228,10 @@ def test_a_damaged_lra_checkpoint_is_one_line_and_force_recovers(tmp_path, prese
     ckpt.write_bytes(ckpt.read_bytes()[:100] if damage == "truncated" else b"")
     args = ("run", "lra", "--attn", "softmax", "--preset", str(preset), "--db", str(tmp_path / "d.db"), "--out",
             str(tmp_path / "w"))
-    p = _cli(*args, cwd=tmp_path)
-    assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
-    line = next(x for x in p.stdout.splitlines() if "failed" in x and "checkpoint" in x)
-    assert ckpt.name in p.stdout and "--force" in line
-    p = _cli(*args, "--force", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout[-2000:]
+    monkeypatch.chdir(tmp_path)   # the commands in this process (no torch import per command)
+    p = CliRunner().invoke(cli_mod.app, list(args), env={"COLUMNS": "200"})
+    assert p.exit_code == 1 and "Traceback" not in p.output
+    line = next(x for x in p.output.splitlines() if "failed" in x and "checkpoint" in x)
+    assert ckpt.name in p.output and "--force" in line
+    p = CliRunner().invoke(cli_mod.app, [*args, "--force"], env={"COLUMNS": "200"})
+    assert p.exit_code == 0, p.output[-2000:]

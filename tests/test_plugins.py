@@ -185,7 +185,7 @@ def test_a_class_that_misses_the_protocol_says_what_is_missing(fresh, tmp_path):
 # --- provenance: the source hash is part of the cell's identity -------------------------------------------------------
 def test_point_identity_carries_the_plugin_hash_and_builtins_do_not_change(fresh, tmp_path):
     from attnbench.results.provenance import config_hash
-    from attnbench.results.store import point_hash
+    from attnbench.results.records import point_hash
 
     kw = dict(suite="scaling", setting="s", task="t", options={}, params={"n": 1}, dtype="fp32", device="cpu")
     plain = {k: v for k, v in kw.items()}

@@ -13,11 +13,13 @@ import pytest
 from rich.console import Console
 
 from attnbench.api import suites as suite_registry
-from attnbench.views import tables as tbl
 from attnbench.core.errors import AttnbenchError
-from attnbench.results.store import Store, import_records, ingest, read_jsonl, write_jsonl
+from attnbench.results.ingest import import_records, ingest
+from attnbench.results.records import read_jsonl, write_jsonl
+from attnbench.results.store import Store
 from attnbench.suites.scaling import leaderboard as scaling_leaderboard
 from attnbench.suites.scaling.ingest import ingest_pytest_benchmark
+from attnbench.views import tables as tbl
 
 NS = [1024, 2048, 4096, 8192]
 

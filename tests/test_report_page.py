@@ -16,14 +16,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from urllib.parse import unquote
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
 from attnbench.api import suites as suite_registry
-from attnbench.views import report as reportpage, tables
 from attnbench.core.errors import AttnbenchError, UnknownNameError
+from attnbench.views import report as reportpage
+from attnbench.views import tables
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -226,7 +227,7 @@ def test_report_command(tmp_path):
 def test_provenance_of_a_table():
     """A table's provenance: each machine with the GFLOP/s measured on it, commits with the dirty flag, packages;
     only the records of the setting its title names."""
-    from attnbench.results.store import Measurement
+    from attnbench.results.records import Measurement
 
     def rec(setting, name, gflops, commit, dirty):
         metrics = {"matmul_fp32_gflops": gflops} if gflops else {}

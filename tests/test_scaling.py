@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import attnbench
 from attnbench.api import registry
-from attnbench.measure import isolation, memory
 from attnbench.api.spec import parse_specs
+from attnbench.measure import isolation, memory
 from attnbench.results.store import Store
 from attnbench.suites.scaling import config as scaling
 from attnbench.suites.scaling.config import Grid, PresetError, ScalingPreset, Timing, load_preset
@@ -278,7 +278,7 @@ def test_rss_below_its_resolution_is_none_with_a_reason():
 
 # --- on the one sweep: shards, exit codes ------------------------------------------------------------------------
 def test_shards_cover_the_grid_once_and_merge(tmp_path):
-    from attnbench.results.store import ingest
+    from attnbench.results.ingest import ingest
 
     plan = plan_scaling(tiny(attentions=["softmax", "linear"], grid=[Grid(mode="fwd", seq=[32, 64, 128])]))
     hashes = []

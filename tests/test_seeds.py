@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.results import stats
+from attnbench.results.records import Measurement, point_hash, read_jsonl
+from attnbench.results.store import Store
 from attnbench.views import tables
-from attnbench.results.store import Measurement, Store, point_hash, read_jsonl
 
 
 # --- the statistics -----------------------------------------------------------------------------------------------

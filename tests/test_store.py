@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from attnbench.results import paths, records
 from attnbench.results import store as st
-from attnbench.results.store import Measurement, Store
+from attnbench.results.records import Measurement
+from attnbench.results.store import Store
 
 
 def _record(run, i: int = 0, status: str = "ok", **kw) -> Measurement:
@@ -89,11 +91,11 @@ def test_jsonl_round_trip(tmp_path, tmp_db):
         s.add_many([_record(run, i) for i in range(3)])
         recs = s.measurements()
     path = tmp_path / "out" / "x.jsonl"
-    assert st.write_jsonl(recs, path) == 3
-    assert [r.to_dict() for r in st.read_jsonl(path)] == [r.to_dict() for r in recs]
+    assert records.write_jsonl(recs, path) == 3
+    assert [r.to_dict() for r in records.read_jsonl(path)] == [r.to_dict() for r in recs]
     path.write_text('{"nope": 1}\n')
     with pytest.raises(ValueError, match="x.jsonl:1"):
-        st.read_jsonl(path)
+        records.read_jsonl(path)
 
 
 def _writer(path: str, worker: int, n: int) -> None:
@@ -124,15 +126,15 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
 
 
 def test_db_path_resolution(tmp_path, monkeypatch):
-    monkeypatch.delenv(st.ENV_VAR, raising=False)
+    monkeypatch.delenv(paths.ENV_VAR, raising=False)
     proj = tmp_path / "proj"
     (proj / "sub" / "deeper").mkdir(parents=True)
     (proj / "pyproject.toml").write_text("")
     monkeypatch.chdir(proj / "sub" / "deeper")
-    assert st.default_db_path() == proj.resolve() / "results" / "attnbench.db"
-    monkeypatch.setenv(st.ENV_VAR, str(tmp_path / "env.db"))
-    assert st.default_db_path() == tmp_path / "env.db"
-    assert st.resolve_db(tmp_path / "flag.db") == tmp_path / "flag.db"   # --db wins
+    assert paths.default_db_path() == proj.resolve() / "results" / "attnbench.db"
+    monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "env.db"))
+    assert paths.default_db_path() == tmp_path / "env.db"
+    assert paths.resolve_db(tmp_path / "flag.db") == tmp_path / "flag.db"   # --db wins
     assert st.open_existing(tmp_path / "missing.db") is None
     assert not (tmp_path / "missing.db").exists()
 

@@ -18,7 +18,7 @@ same plug-ins without a flag.
 
 Provenance: each plug-in is recorded with its source and the sha256 of its source text (:func:`provenance`); a
 measured point whose attention names a plug-in's mechanism carries that hash in its identity
-(:func:`identity`, used by :func:`attnbench.results.store.point_hash`), so editing the plug-in reruns its cells.
+(:func:`identity`, used by :func:`attnbench.results.records.point_hash`), so editing the plug-in reruns its cells.
 Built-ins add nothing to an identity.
 
 Errors are one line (:class:`PluginError`): a missing file, a module that does not import (file and line of the

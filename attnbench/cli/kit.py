@@ -15,12 +15,13 @@ from rich.console import Console
 
 from attnbench.api import plugins
 from attnbench.core.errors import AttnbenchError
-from attnbench.engine.context import RunOptions
 from attnbench.engine import sweep
+from attnbench.engine.context import RunOptions
 from attnbench.engine.sweep import LAUNCHERS, parse_shard
 from attnbench.engine.train import dist
 from attnbench.results import provenance
-from attnbench.results.store import Store, check_writable, ingest
+from attnbench.results.ingest import ingest
+from attnbench.results.store import Store, check_writable
 from attnbench.views import tables
 
 # soft_wrap: never fold a name across lines (a piped `attnbench list | grep` must find it)

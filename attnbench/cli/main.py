@@ -12,7 +12,8 @@ from attnbench.cli import kit as clikit
 from attnbench.cli.kit import DB_HELP, console, fail
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
-from attnbench.results.store import Store, ingest
+from attnbench.results.ingest import ingest
+from attnbench.results.store import Store
 from attnbench.views import compare, tables
 from attnbench.views import report as reportpage
 from attnbench.views.show import describe

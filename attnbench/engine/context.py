@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.sweep import run_sweep
 from attnbench.engine.train.dist import Dist, default_device, init_dist, shutdown
-from attnbench.results.store import project_root
+from attnbench.results.paths import project_root
 
 
 def work_dir(suite: str, out: Optional[str] = None) -> Path:

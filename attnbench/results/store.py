@@ -1,9 +1,8 @@
-"""The results store: one SQLite file of runs and measurements.
+"""The results store: one SQLite file of runs and measurements, with the leases of the cells in flight.
 
-Where it lives: ``--db PATH``, else the environment variable ``ATTNBENCH_DB``, else ``results/attnbench.db``
-under the *project root* — the nearest directory at or above the current working directory that holds a
-``.git`` or ``pyproject.toml`` (the current directory itself if there is none). The file is not committed;
-committed reference results are text exports under ``results/<suite>/`` (see :mod:`attnbench.views.tables`).
+Where it lives: :mod:`attnbench.results.paths`; the records it holds and their JSONL form:
+:mod:`attnbench.results.records`; records from elsewhere: :mod:`attnbench.results.ingest`. The file is not
+committed; committed reference results are text exports under ``results/<suite>/``.
 
 Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 
@@ -53,21 +52,17 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from attnbench.api import plugins
-from attnbench.api import suites as suite_registry
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
+from attnbench.results.paths import resolve_db
+from attnbench.results.processes import process_alive, process_start
+from attnbench.results.records import FINISHED, Measurement, plugin_provenance
 
-ENV_VAR = "ATTNBENCH_DB"
-DEFAULT_RELATIVE = Path("results") / "attnbench.db"
 SCHEMA_VERSION = 3
 #: A lease of another host is taken over when its holder has not renewed it for this long (its process cannot be
 #: asked whether it lives); a lease of this host is taken over as soon as its process is gone.
 LEASE_STALE_S = 600.0
 
-STATUSES = ("ok", "oom", "timeout", "incorrect", "failed", "interrupted", "unsupported", "skipped")
-# A point with one of these is done: a re-run skips it unless forced. 'failed' and 'interrupted' are retried.
-FINISHED = ("ok", "oom", "timeout", "incorrect", "unsupported", "skipped")
 RUN_STATUSES = ("running", "ok", "interrupted", "failed")
 
 _SCHEMA = """
@@ -156,59 +151,6 @@ def _store_error(path: Path, exc: BaseException, timeout: float) -> StoreError:
                       f"database: move it aside (e.g. `mv {path} {path}.damaged`) or use another --db")
 
 
-def _proc_start(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc/<pid>/stat``), else None:
-    with the pid it identifies a process even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process_alive(pid: int, start: int | None = None) -> bool:
-    """Whether process ``pid`` of this host exists (and, if ``start`` is given and ``/proc`` is readable, is
-    the same process that started then, not a later one that got the same pid)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, another user's
-        pass
-    except OSError:
-        return False
-    if start is not None:
-        now = _proc_start(pid)
-        if now is not None and now != start:
-            return False
-    return True
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` (default: cwd) with a ``.git`` or ``pyproject.toml``."""
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / ".git").exists() or (d / "pyproject.toml").exists():
-            return d
-    return here
-
-
-def default_db_path() -> Path:
-    """``$ATTNBENCH_DB`` if set, else ``<project root>/results/attnbench.db``."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser()
-    return project_root() / DEFAULT_RELATIVE
-
-
-def resolve_db(path: str | os.PathLike | None = None) -> Path:
-    """An explicit ``path`` (``--db``) wins over :func:`default_db_path`."""
-    return Path(path).expanduser() if path else default_db_path()
-
-
 def check_writable(path: str | os.PathLike | None = None) -> Path:
     """The store path (:func:`resolve_db`) if a store can be written there, else a one-line :class:`StoreError`
     naming the path: run before any work (data generation, training), so a bad ``--db`` fails at once."""
@@ -229,94 +171,6 @@ def check_writable(path: str | os.PathLike | None = None) -> Path:
         raise StoreError(f"--db {p}: cannot create the results store there ({e.strerror or e}); use another "
                          f"--db") from None
     return p
-
-
-def point_hash(*, suite: str, setting: str, task: str, attention: str, options: dict, params: dict,
-               dtype: str | None, device: str) -> str:
-    """The identity of a measured point (what resume compares). A point whose attention or options name a
-    plug-in's mechanism also carries the hash of the plug-in's source (:func:`attnbench.api.plugins.identity`), so
-    editing the plug-in reruns the point; built-ins add nothing (their identities never change). A plug-in named
-    only in ``params`` counts too (a suite whose cell is a mix of mechanisms, e.g. MixA's per-layer specs)."""
-
-    point = {"suite": suite, "setting": setting, "task": task, "attention": attention, "options": options,
-             "params": params, "dtype": dtype, "device": device}
-    used = plugins.identity(attention, {"options": options, "params": params})
-    if used:
-        point["plugins"] = used
-    return provenance.config_hash(point)
-
-
-def _plugin_provenance(attention: str, options: dict | None, params: dict | None = None) -> dict[str, str]:
-    """``{"plugin:<file or module>": "sha256:<hash>"}`` for the plug-ins a record's mechanism comes from."""
-    return plugins.provenance(attention, {"options": options, "params": params})
-
-
-def seeded_params(params: dict, seed: int | None) -> dict:
-    """The params a point's identity hashes: a cell is (spec, task, seed), so the seed is part of it. The training
-    suites put it in ``params`` themselves (``params["seed"]``, seed 0 included: their identities predate seeds as
-    cells); a record that does not gets ``seed`` added here when it is set and not 0, so a seed-0 point keeps the
-    identity it had before seeds were cells (committed results and users' stores still match)."""
-    if seed in (None, 0) or "seed" in params:
-        return params
-    return {**params, "seed": seed}
-
-
-@dataclasses.dataclass
-class Measurement:
-    """One measured point with its provenance. ``params`` are the point's inputs, ``metrics`` its results."""
-    suite: str
-    task: str
-    setting: str
-    attention: str
-    status: str
-    device: str
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    impl: str | None = None
-    dtype: str | None = None
-    params: dict[str, Any] = dataclasses.field(default_factory=dict)
-    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
-    config_hash: str = ""
-    seed: int | None = None
-    git_commit: str | None = None
-    git_dirty: bool | None = None
-    packages: dict[str, str] = dataclasses.field(default_factory=dict)
-    device_name: str | None = None
-    error: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    source: str = "attnbench"
-    run_id: str | None = None
-    id: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"measurement status must be one of {STATUSES}, got {self.status!r}")
-        if not self.config_hash:
-            self.config_hash = point_hash(suite=self.suite, setting=self.setting, task=self.task,
-                                          attention=self.attention, options=self.options,
-                                          params=seeded_params(self.params, self.seed), dtype=self.dtype,
-                                          device=self.device)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown measurement field(s) {sorted(unknown)}")
-        return cls(**d)
-
-    def flat(self) -> dict[str, Any]:
-        """One flat row (CSV): ``params.*`` and ``metrics.*`` spread into columns, other dicts as JSON."""
-        d = self.to_dict()
-        params, metrics = d.pop("params"), d.pop("metrics")
-        for key in ("options", "packages"):
-            d[key] = provenance.canonical_json(d[key])
-        d.update({f"params.{k}": v for k, v in params.items()})
-        d.update({f"metrics.{k}": v for k, v in metrics.items()})
-        return d
 
 
 @dataclasses.dataclass
@@ -351,7 +205,7 @@ class Run:
             device=device or env.get("device") or "cpu", options=dict(options or {}), impl=impl, dtype=dtype,
             params=dict(params or {}), metrics=dict(metrics or {}), seed=seed,
             git_commit=env.get("git_commit"), git_dirty=env.get("git_dirty"),
-            packages={**(env.get("packages") or {}), **_plugin_provenance(attention, options, params)},
+            packages={**(env.get("packages") or {}), **plugin_provenance(attention, options, params)},
             device_name=env.get("device_name"), error=error, started_at=started_at or provenance.now(),
             ended_at=ended_at or provenance.now(), source=self.source, run_id=self.run_id,
             config_hash=config_hash)
@@ -449,7 +303,7 @@ class Store:
         run = Run(run_id=run_id or uuid.uuid4().hex, suite=suite, setting=setting, source=source,
                   config=dict(config or {}), env=env, started_at=provenance.now())
         pid = os.getpid()
-        host = {**(env.get("host") or {}), "pid_start": _proc_start(pid)}
+        host = {**(env.get("host") or {}), "pid_start": process_start(pid)}
         with self.transaction() as c:
             c.execute(
                 "INSERT INTO runs (run_id, suite, setting, source, config, config_hash, argv, git_commit, git_dirty,"
@@ -530,7 +384,7 @@ class Store:
                     return "held", lease
             c.execute("INSERT OR REPLACE INTO leases (config_hash, suite, run_id, label, pid, pid_start, hostname, "
                       "started_at, heartbeat_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                      (config_hash, suite, run_id, label, pid, _proc_start(pid), host, now, now))
+                      (config_hash, suite, run_id, label, pid, process_start(pid), host, now, now))
         return "claimed", None
 
     def release(self, config_hash: str) -> None:
@@ -658,149 +512,3 @@ def open_existing(path: str | os.PathLike | None = None) -> Store | None:
     return Store(p) if p.exists() else None
 
 
-def write_jsonl(records: Iterable[Measurement], path: str | os.PathLike) -> int:
-    """Write records one JSON object a line (atomically: temp file then rename); returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    n = 0
-    with tmp.open("w") as f:
-        for m in records:
-            f.write(json.dumps(m.to_dict(), sort_keys=True) + "\n")
-            n += 1
-    tmp.replace(path)
-    return n
-
-
-def read_jsonl(path: str | os.PathLike) -> list[Measurement]:
-    """The records of a ``.jsonl`` export; a line that is not a record is a ValueError naming ``path:line``."""
-    out = []
-    with Path(path).open(encoding="utf-8", errors="strict") as f:
-        i = 0
-        try:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    out.append(Measurement.from_dict(json.loads(line)))
-        except (ValueError, TypeError) as e:  # (UnicodeDecodeError is a ValueError)
-            raise ValueError(f"{path}:{i + (1 if isinstance(e, UnicodeDecodeError) else 0)}: not a measurement "
-                             f"record: {e}") from e
-    return out
-
-
-def import_records(records: Iterable[Measurement], store: Store) -> tuple[int, int]:
-    """Copy records exported from another store (``export --format jsonl``) into ``store``, with their runs.
-
-    A run already present with measurements is skipped whole (importing twice adds nothing). Returns
-    ``(records added, runs skipped)``.
-    """
-    by_run: dict[str, list[Measurement]] = {}
-    for m in records:
-        by_run.setdefault(m.run_id or f"import-{provenance.config_hash(m.to_dict())}", []).append(m)
-    added = skipped = 0
-    for run_id, ms in by_run.items():
-        if store.has_run(run_id) and store.measurements(run_id=run_id):
-            skipped += 1
-            continue
-        first = ms[0]
-        if not store.has_run(run_id):
-            env = {"git_commit": first.git_commit, "git_dirty": first.git_dirty, "packages": first.packages,
-                   "device": first.device, "device_name": first.device_name}
-            store.start_run(suite=first.suite, setting=first.setting, config={"imported": True},
-                            source="import", env=env, run_id=run_id)
-        copies = [dataclasses.replace(m, id=None, run_id=run_id) for m in ms]
-        store.add_many(copies)
-        store.finish_run(run_id, "ok")
-        added += len(copies)
-    return added, skipped
-
-
-def _measurement_key(m: Measurement) -> tuple:
-    """What identifies a measurement across stores (ids are per store)."""
-    return (m.config_hash, m.task, m.attention, m.status, m.started_at, m.ended_at)
-
-
-def merge_store(path: str | os.PathLike, store: Store) -> tuple[int, int, int]:
-    """Merge another store file into ``store`` run by run: each run's row (with its status, owner and
-    provenance) and the measurements it lacks here. Idempotent: merging the same file again adds nothing, and
-    merging a store that has grown since (a shard job still running) adds only the new measurements and the run's
-    final status. This is how the stores of ``--shard K/N`` jobs are combined. Returns ``(runs added, records
-    added, runs already complete here)``."""
-    src = Path(path)
-    if src.resolve() == store.path.resolve():
-        raise StoreError(f"{path}: that is the store being ingested into")
-    runs_added = added = complete = 0
-    with Store(src, readonly=True) as other:
-        for run in other.runs():
-            run_id = run["run_id"]
-            theirs = other.measurements(run_id=run_id)
-            mine = store.run(run_id)
-            have = {_measurement_key(m) for m in store.measurements(run_id=run_id)} if mine else set()
-            new = [dataclasses.replace(m, id=None) for m in theirs if _measurement_key(m) not in have]
-            if mine is None:
-                store._insert_run_row(run)
-                runs_added += 1
-            elif mine["status"] == "running" and run["status"] != "running":
-                store._finish_run_row(run)
-            if new:
-                store.add_many(new)
-                added += len(new)
-            elif mine is not None:
-                complete += 1
-    return runs_added, added, complete
-
-
-def ingest(path: str | os.PathLike, store: Store) -> str:
-    """``attnbench ingest``: bring a results file into ``store``; returns a summary line.
-
-    The store's own formats first: a ``.jsonl`` export of another store (:func:`import_records`), another store
-    file (``.db``, or any SQLite file: :func:`merge_store`). Then each registered suite's ``ingest`` (e.g. the
-    pytest-benchmark JSON of one suite), which returns None for a format not its own. A file no one recognises,
-    a missing or damaged file, is an :class:`AttnbenchError` whose one line names the file.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise AttnbenchError(f"{path}: no such file")
-    if not p.is_file():
-        raise AttnbenchError(f"{path}: not a file")
-    try:
-        if p.suffix.lower() == ".jsonl":
-            added, skipped = import_records(read_jsonl(p), store)
-            return (f"imported {added} record(s) from {path} into {store.path}"
-                    + (f"; {skipped} run(s) already present" if skipped else ""))
-        if p.suffix.lower() == ".db" or _is_sqlite(p):
-            runs, added, complete = merge_store(p, store)
-            return (f"merged {added} record(s) of {runs} new run(s) from {path} into {store.path}"
-                    + (f"; {complete} run(s) already complete" if complete else ""))
-
-        tried = []
-        for name in suite_registry.suite_names():
-            suite = suite_registry.get_suite(name)
-            if suite.ingest is None:
-                continue
-            what = (suite.ingest.__doc__ or "").strip().splitlines()
-            tried.append(f"{name}: {what[0].rstrip('.')}" if what else name)
-            message = suite.ingest(p, store)
-            if message is not None:
-                return message
-    except AttnbenchError as e:
-        raise AttnbenchError(_naming(path, e)) from None
-    except (ValueError, OSError, KeyError, TypeError) as e:  # a damaged file of a known format
-        msg = str(e) if str(path) in str(e) else f"cannot ingest: {type(e).__name__}: {e}"
-        raise AttnbenchError(_naming(path, msg)) from None
-    suites = f", or a format of a suite ({'; '.join(tried)})" if tried else ""
-    raise AttnbenchError(f"{path}: not a file attnbench can ingest: expected a .jsonl export (`attnbench export "
-                         f"--format jsonl`), another results store (.db){suites}")
-
-
-def _naming(path: str | os.PathLike, e: BaseException | str) -> str:
-    """``e``'s message, on one line, starting with ``path`` unless it already names it."""
-    msg = " ".join(str(e).split())
-    return msg if str(path) in msg else f"{path}: {msg}"
-
-
-def _is_sqlite(p: Path) -> bool:
-    try:
-        with p.open("rb") as f:
-            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
-        return False

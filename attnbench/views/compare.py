@@ -34,8 +34,9 @@ from typing import Any, Iterable, Optional
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
+from attnbench.results.records import Measurement, read_jsonl
 from attnbench.results.stats import Z95, two_proportion_p, welch_p
-from attnbench.results.store import Measurement, Store, read_jsonl
+from attnbench.results.store import Store
 from attnbench.views.tables import fmt_time, label_of, latest
 
 ALPHA = 0.05

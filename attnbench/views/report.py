@@ -28,8 +28,9 @@ from urllib.parse import quote
 
 from attnbench.api import suites as suite_registry
 from attnbench.core.errors import AttnbenchError
+from attnbench.results.paths import project_root, resolve_db
 from attnbench.results.provenance import git_info
-from attnbench.results.store import Measurement, project_root, resolve_db
+from attnbench.results.records import Measurement
 from attnbench.views import tables
 
 FORMATS = ("auto", "html", "md")

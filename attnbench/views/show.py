@@ -24,7 +24,8 @@ from typing import Optional
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.argv import strip_options
-from attnbench.results.store import Measurement, open_existing
+from attnbench.results.records import Measurement
+from attnbench.results.store import open_existing
 from attnbench.views.tables import label_of, load_sources, seed_rows
 
 #: Options of a recorded command line that only split, launch or force work: not part of what a cell is.

@@ -2,7 +2,7 @@
 
 Sources. A view reads :class:`Source` objects: the user's store (``--db`` / ``ATTNBENCH_DB`` /
 ``results/attnbench.db``) and the committed reference results, text exports under ``results/<suite>/*.jsonl``
-found at the project root (see :func:`attnbench.results.store.project_root`) and beside the attnbench sources. The
+found at the project root (see :func:`attnbench.results.paths.project_root`) and beside the attnbench sources. The
 committed ones are labelled as such, with their device and date; records of a run that is part of a committed
 file are shown once, as committed.
 
@@ -26,17 +26,11 @@ from typing import Any, Callable, Iterable
 
 from attnbench.api import suites as suite_registry
 from attnbench.core.errors import AttnbenchError, UnknownNameError
-from attnbench.results.stats import seed_stats
 from attnbench.results import provenance
-from attnbench.results.store import (
-    FINISHED,
-    Measurement,
-    open_existing,
-    project_root,
-    read_jsonl,
-    resolve_db,
-    write_jsonl,
-)
+from attnbench.results.paths import project_root, resolve_db
+from attnbench.results.records import FINISHED, Measurement, read_jsonl, write_jsonl
+from attnbench.results.stats import seed_stats
+from attnbench.results.store import open_existing
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "softmax"   # the row every view compares against (a mechanism, not a suite)

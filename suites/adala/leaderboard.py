@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.results.store import Measurement
+from attnbench.results.records import Measurement
 from attnbench.views.tables import (
     aggregate,
     board_title,

@@ -86,7 +86,7 @@ from attnbench.measure.memory import TensorMemory
 from attnbench.measure.peak import PeakMeter
 from attnbench.models.vit import VIT_SIZES, load_pretrained, resolve_impl
 from attnbench.results.provenance import file_id
-from attnbench.results.store import point_hash
+from attnbench.results.records import point_hash
 
 from .config import AdalaPreset, load_preset, parse_stages, stages_label
 

@@ -16,7 +16,7 @@ from typing import Optional
 from attnbench.api.spec import parse_spec
 from attnbench.engine.presets import load_suite_preset
 from attnbench.image.teacher import find_trained
-from attnbench.results.store import resolve_db
+from attnbench.results.paths import resolve_db
 
 TEACHER_PRESET = "tiny"
 REAL_IMAGES = 64  # test images whose q, k the real-input checks read (64 x 65 tokens x 2 heads x 4 layers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from attnbench.results.store import Measurement
+from attnbench.results.records import Measurement
 from attnbench.views.tables import board_title, boards, commits_of, fmt_bytes, fmt_n, label_of, table_view
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",

@@ -17,7 +17,8 @@ from attnbench.api.spec import AttentionSpec, parse_spec
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.context import RunContext, RunOptions, run_options
 from attnbench.engine.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, default_line
-from attnbench.results.store import point_hash, project_root
+from attnbench.results.paths import project_root
+from attnbench.results.records import point_hash
 from attnbench.views.tables import slug
 
 from .checks import Skip, checks

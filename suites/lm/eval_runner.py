@@ -19,7 +19,8 @@ from typing import Any, Optional, Sequence
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.sweep import Cell, CellResult, SweepSummary, run_sweep
-from attnbench.results.store import point_hash, project_root
+from attnbench.results.paths import project_root
+from attnbench.results.records import point_hash
 
 from .artifact import ArtifactError, read_meta
 from .local_tasks import read_jsonl_texts, write_local_tasks

@@ -31,7 +31,8 @@ from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, tr
 from attnbench.measure.peak import PeakMeter
 from attnbench.models.lm import build_lm, key_feature_dim
 from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
-from attnbench.results.store import Store, point_hash
+from attnbench.results.records import point_hash
+from attnbench.results.store import Store
 
 from .artifact import save_lm
 from .config import LMPreset, Variant, load_preset

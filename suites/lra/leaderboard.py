@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
+from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
 from attnbench.results.stats import above_rate_p, two_proportion_p, wilson_interval
-from attnbench.results.store import Measurement
 from attnbench.views.tables import (
     aggregate,
     board_title,

@@ -41,7 +41,7 @@ from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
 from attnbench.results import provenance
-from attnbench.results.store import point_hash
+from attnbench.results.records import point_hash
 
 from . import data as lra_data
 from . import generate

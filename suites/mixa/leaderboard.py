@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from attnbench.results.records import Measurement
 from attnbench.results.stats import two_proportion_p
-from attnbench.results.store import Measurement
 from attnbench.views.tables import (
     aggregate,
     board_title,

@@ -42,7 +42,7 @@ from attnbench.image.teacher import get_teacher
 from attnbench.measure.peak import PeakMeter
 from attnbench.models.vit import VIT_SIZES, load_pretrained, resolve_impl
 from attnbench.results.provenance import file_id
-from attnbench.results.store import point_hash
+from attnbench.results.records import point_hash
 
 from . import score as mixa_score
 from .config import MixaPreset, load_preset

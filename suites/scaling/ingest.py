@@ -1,5 +1,5 @@
 """``attnbench ingest`` of pytest-benchmark JSON files (``pytest benchmarks --benchmark-json``): the scaling
-suite's ingester (``Suite.ingest``), tried by :func:`attnbench.results.store.ingest` after the store's own formats.
+suite's ingester (``Suite.ingest``), tried by :func:`attnbench.results.ingest.ingest` after the store's own formats.
 
 Benchmarks of ``benchmarks/test_attention_bench.py`` (``extra_info["attnbench"]`` set) become ``scaling``
 records in setting ``pytest-benchmark[b.,h.,d.]``; any other benchmark of the file becomes a record of suite
@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import provenance
 from attnbench.core.errors import AttnbenchError
-from attnbench.results.store import Measurement, Store
+from attnbench.results import provenance
+from attnbench.results.records import Measurement
+from attnbench.results.store import Store
 
 SUITE = "scaling"
 PYTEST_BENCHMARK_SETTING = "pytest-benchmark"

@@ -22,9 +22,23 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.views.tables import (BASELINE, Source, View, commits_of, describe_records, fit_exponent, fmt_bytes, fmt_n,
-                              fmt_time, label_of, latest, machine_of, md_table, slug)
-from attnbench.results.store import Measurement
+from attnbench.results.records import Measurement
+from attnbench.views.tables import (
+    BASELINE,
+    Source,
+    View,
+    commits_of,
+    describe_records,
+    fit_exponent,
+    fmt_bytes,
+    fmt_n,
+    fmt_time,
+    label_of,
+    latest,
+    machine_of,
+    md_table,
+    slug,
+)
 
 TENSOR_KEY = "peak_tensor_bytes"    # primary: tensor-level peak (allocator-independent)
 RSS_KEY = "peak_rss_bytes"          # secondary: process RSS peak (None + rss_note below its resolution)

@@ -43,7 +43,8 @@ from attnbench.measure import isolation
 from attnbench.measure.flops import count_flops
 from attnbench.measure.timing import make_step
 from attnbench.results import provenance
-from attnbench.results.store import Measurement, Store, point_hash
+from attnbench.results.records import Measurement, point_hash
+from attnbench.results.store import Store
 from attnbench.views import tables
 from attnbench.views.tables import fmt_bytes, fmt_time
 

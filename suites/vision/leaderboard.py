@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
 from attnbench.results.stats import above_rate_p, two_proportion_p
-from attnbench.results.store import Measurement
 from attnbench.views.tables import (
     aggregate,
     board_title,

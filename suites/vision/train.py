@@ -27,7 +27,7 @@ from attnbench.image.classify import build_classifier, fit_classifier, load_spli
 from attnbench.models import BlockOptions
 from attnbench.models.vit import VIT_SIZES, load_pretrained
 from attnbench.results.provenance import file_id
-from attnbench.results.store import point_hash
+from attnbench.results.records import point_hash
 
 from .config import VisionPreset, load_preset, with_folder
 
