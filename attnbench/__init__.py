@@ -17,6 +17,5 @@ __all__ = ["AttnbenchError", "ShapeError", "UnknownNameError", "UnsupportedError
 
 def __getattr__(name: str):
     if name in _FROM_REGISTRY:
-
         return getattr(registry, name)
     raise AttributeError(f"module 'attnbench' has no attribute {name!r}")

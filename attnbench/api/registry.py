@@ -132,7 +132,6 @@ def _unknown(kind: str, name: str, known: dict[str, type]) -> UnknownNameError:
 
 
 def _register(table: dict[str, type], kind: str, cls: T) -> T:
-
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise PluginError(f"{getattr(cls, '__name__', cls)} ({source_of(cls)}) must set a class "

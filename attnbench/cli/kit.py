@@ -194,7 +194,6 @@ def dispatch(opts, *, work) -> Optional[int]:
     from pathlib import Path
 
     if opts.launcher != "local":
-
         folder = Path(work) / "jobs"
         dbs = sweep.launch_jobs(argv_tail(), jobs=opts.jobs, folder=folder, launcher=opts.launcher,
                           partition=opts.partition, gpus_per_job=opts.gpus_per_job, minutes=opts.job_minutes,
@@ -242,7 +241,6 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
     except (AttnbenchError, ValueError, OSError) as e:  # bad preset, data or store
         fail(str(e))
     if table:
-
         console.print()
         tables.table(suite, db=db, setting=setting, console=console)
     if rc:

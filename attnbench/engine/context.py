@@ -139,13 +139,11 @@ class RunContext:
             self.console.print(*args, **kwargs)
 
     def __enter__(self) -> "RunContext":
-
         self.dist = init_dist(self.device)
         self._set_threads()  # init_dist shares the cores between ranks; an explicit --threads wins
         return self
 
     def __exit__(self, *exc) -> None:
-
         shutdown(self.dist)
 
     def sweep(self, cells, run_cell: Callable, *, setting: str, config: Optional[dict] = None,

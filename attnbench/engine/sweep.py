@@ -462,7 +462,6 @@ class _Watch:
             self.others.setdefault(p["pid"], p["argv"])
 
     def _loop(self) -> None:
-
         n = 0
         while not self._stop.wait(WATCH_S):
             self._sample()

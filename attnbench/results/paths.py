@@ -7,8 +7,6 @@ import os
 from pathlib import Path
 
 ENV_VAR = "ATTNBENCH_DB"
-
-
 DEFAULT_RELATIVE = Path("results") / "attnbench.db"
 
 

@@ -293,7 +293,6 @@ def compare(a: Side, b: Side, suite: Optional[str] = None) -> Comparison:
 # --- rendering ----------------------------------------------------------------------------------------------------
 def _fmt(v: float, metric: Metric) -> str:
     if metric.kind == "timing":
-
         return fmt_time(v)
     if metric.kind == "rate":
         return f"{v:.4g}"

@@ -43,7 +43,6 @@ def _canon(label: str) -> str:
 
 
 def _row_names(r: Measurement) -> set[str]:
-
     names = {r.attention, label_of(r)}
     if r.options:
         names.add(r.attention + "(" + ",".join(f"{k}={v}" for k, v in sorted(r.options.items())) + ")")

@@ -605,7 +605,6 @@ def source_tables(view: View, src: Source) -> list[TableData]:
 
 
 def _registered(suite: str):
-
     try:
         return suite_registry.get_suite(suite)
     except UnknownNameError:
@@ -688,7 +687,6 @@ def plot(suite: str, *, out: str | Path | None = None, db: str | None = None, so
     view = view_of(suite)
     if view.plot is None:
         if _registered(suite) is None:
-
             suite_registry.get_suite(suite)  # an unknown name: did-you-mean
         raise AttnbenchError(f"suite {suite!r} has no plot")
     if source not in ("auto", "store", "committed", "all"):

@@ -38,7 +38,6 @@ def _loss(s: dict | None) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-
     out = []
     for (setting, device), recs in boards(records):
         rows, stats = [], []
@@ -90,5 +89,4 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 
 def view():
-
     return table_view(measured_tables)

@@ -432,7 +432,6 @@ def plan_cells(pre: AdalaPreset, vpre, specs: Sequence[AttentionSpec], stage_set
 
 def run_cell(cell: Cell, ctx: CellContext, *, teacher: nn.Module, pre: AdalaPreset, vpre, splits,
              device: torch.device, work: Path, hooks: Optional[StageHooks] = None) -> CellResult:
-
     job: Job = cell.payload
     dist = ctx.dist or Dist()
     if job.kind == "teacher":

@@ -25,7 +25,6 @@ from .pipeline import AlignNet, FeatureNet, attention_loss, build_student, featu
 
 
 def smoke_preset(pre: AdalaPreset) -> AdalaPreset:
-
     return dataclasses.replace(pre, stage1=smoke_train(pre.stage1), stage2=smoke_train(pre.stage2),
                                stage3=smoke_train(pre.stage3), setting=f"{pre.key}-smoke")
 

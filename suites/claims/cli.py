@@ -46,12 +46,10 @@ def run_command(
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
     if smoke:
-
         clikit.exit_with(lambda: run_smoke(attentions=specs, only=only, skip=skip, seed=opts.only_seed(), db=opts.db,
                                            out=opts.out, console=console), opts)
 
     def run():
-
         return run_claims(attentions=specs, only=only, skip=skip, opts=opts, console=console,
                           update_committed=update_committed)
 

@@ -39,7 +39,6 @@ class TeacherRef:
 
 
 def no_teacher_reason(db: Optional[str]) -> str:
-
     return (f"no trained vision/{TEACHER_PRESET} softmax ViT in {resolve_db(db).name} (none committed either): "
             f"`attnbench run vision --attn softmax --preset {TEACHER_PRESET}` trains one (about a minute)")
 

@@ -95,5 +95,4 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
 
 
 def view():
-
     return table_view(measured_tables)

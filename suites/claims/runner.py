@@ -89,7 +89,6 @@ def _display(path: Path) -> str:
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, out: Path, teacher, no_teacher: str) -> CellResult:
-
     check, spec, inp, order = cell.payload
     if inp == "real" and teacher is None:
         raise CellError(no_teacher, status="skipped", metrics={"verdict": "skipped", "reason": no_teacher,

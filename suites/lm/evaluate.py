@@ -112,7 +112,6 @@ class AttnbenchLM(TemplateLM):
                             f"batch_size, device, max_gen_toks (or model, tokenizer, eos_id, max_length)")
 
         if pretrained is not None and loaded is None:
-
             loaded = load_lm(str(pretrained))
         if loaded is not None:
             model = loaded.model if model is None else model

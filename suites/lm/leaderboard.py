@@ -58,7 +58,6 @@ def _mean_of(rs: list[Measurement], metric: str, digits: int) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str):
-
     groups: dict[tuple, dict[str, list[Measurement]]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
@@ -123,10 +122,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
 
 
 def _reported() -> list:
-
     return leaderboard_tables(Path(__file__).with_name("reported"))
 
 
 def view():
-
     return table_view(measured_tables, extra=_reported)

@@ -109,7 +109,6 @@ def write_task_files(task: str, cfg, root: Path) -> None:
     elif task == "image":
         write_cifar(root, per_batch=2, n_test=N_TEST)
     elif task == "pathfinder":
-
         lengths = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
         contour = lengths[PATHFINDER_DIRS.get(cfg.difficulty, cfg.difficulty)]
         generate.generate_pathfinder(root, n=20, seed=0, contour_length=contour, size=cfg.resolution)

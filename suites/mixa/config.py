@@ -61,7 +61,6 @@ class SelectConfig:
     linear: str = "stella"
 
     def __post_init__(self) -> None:
-
         if self.k < 0:
             raise ValueError(f"select.k must be >= 0, got {self.k}")
         for key in ("quadratic", "linear"):

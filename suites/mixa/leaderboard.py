@@ -51,7 +51,6 @@ def _studies(recs: list[Measurement]) -> list[list[Measurement]]:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-
     groups: dict[tuple, list[Measurement]] = {}
     for r in latest(records, preferred=("ok",)):
         groups.setdefault((r.setting, r.device, r.params.get("k")), []).append(r)
@@ -134,5 +133,4 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
 
 
 def view():
-
     return table_view(measured_tables)

@@ -25,7 +25,6 @@ from .train import layer_specs, run_mixa
 
 
 def smoke_preset(pre: MixaPreset) -> MixaPreset:
-
     train = vsmoke.smoke_train(pre.train)
     score = dataclasses.replace(pre.score, batches=min(pre.score.batches, 2), batch_size=vsmoke.SMOKE_BATCH)
     return dataclasses.replace(pre, vision=vsmoke.smoke_preset(pre.vision), train=train, score=score,

@@ -100,7 +100,6 @@ def layer_specs(pre: MixaPreset, depth: int, quadratic_layers) -> list[Spec]:
 
 def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerScores, teacher_id: str,
                seed: int, device: str, data_fingerprint: str) -> list[Cell]:
-
     selected = mixa_score.top_k(scores.scores, k)
     base = {"seed": seed, "preset": pre.name, "vision_preset": pre.vision.name, "teacher": teacher_id,
             "identity": pre.identity_hash(), "data": data_fingerprint, "k": k, "depth": depth,
@@ -130,7 +129,6 @@ def plan_cells(pre: MixaPreset, *, k: int, depth: int, scores: mixa_score.LayerS
 def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, teacher_path: Path,
              teacher_top1: Optional[float], scores: mixa_score.LayerScores, device: torch.device, work: Path,
              hooks=None) -> CellResult:
-
     dist = ctx.dist
     vp = pre.vision
     meter = PeakMeter(device)

@@ -47,7 +47,6 @@ def __getattr__(name: str) -> Any:
 class _LazyView:
     """The suite's :class:`attnbench.views.tables.View`, imported on first use (``table``/``plot``/``export``)."""
     def _view(self):
-
         return VIEW
 
     def __getattr__(self, name: str) -> Any:

@@ -26,7 +26,6 @@ from attnbench.views.tables import (
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
-
     out = []
     for (setting, device), recs in boards(records):
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]

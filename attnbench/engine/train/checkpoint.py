@@ -46,7 +46,6 @@ def load(path: Path, *, identity: str) -> dict[str, Any]:
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values only
     except pickle.UnpicklingError as e:
-
         held = refused_global(e)
         reason = (f"it holds {held}, a Python object beyond tensors and plain values (an older attnbench wrote it, "
                   f"or another program), which is not unpickled" if held else "not a torch file")

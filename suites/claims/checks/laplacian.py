@@ -40,7 +40,6 @@ ERR_FLOOR = 1e-12  # below this both solvers are at float64 round-off: a ratio t
 
 
 def _options(spec) -> dict:
-
     return {**options_of(get_attention("laplacian")), **dict(spec.options)}
 
 

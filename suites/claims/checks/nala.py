@@ -158,7 +158,6 @@ def run_nonneg(ctx: Context) -> Result:
 
 
 def _is_feature_map(spec) -> bool:
-
     return hasattr(get_attention(spec.name), "feature_map_cls")
 
 
