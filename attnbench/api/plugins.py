@@ -12,7 +12,7 @@ Sources, in the order they load:
 
 A plug-in registers with the built-ins' decorators (``register_attention``, ``register_feature_map``). After
 loading, :func:`activate` writes the resolved sources (absolute file paths, module names) into
-``ATTNBENCH_PLUGINS``, and :func:`attnbench.api.registry._ensure_loaded` loads that variable in every process, so
+``ATTNBENCH_PLUGINS``, and this module's loader, the registry's look-up hook, loads that variable in every process, so
 torchrun workers, submitit jobs, the scaling suite's child processes, lm-eval's process and a resumed run load the
 same plug-ins without a flag.
 

@@ -11,7 +11,6 @@ import sys
 from typing import Any, Callable, NoReturn, Optional
 
 import typer
-from rich.console import Console
 
 from attnbench.api import plugins
 from attnbench.core.errors import AttnbenchError
@@ -24,8 +23,8 @@ from attnbench.results.ingest import ingest
 from attnbench.results.store import Store, check_writable
 from attnbench.views import tables
 
-# soft_wrap: never fold a name across lines (a piped `attnbench list | grep` must find it)
-console = Console(soft_wrap=not sys.stdout.isatty())
+# soft-wrapped when piped: a name never folds across lines (a piped `attnbench list | grep` must find it)
+console = tables.default_console()
 if not sys.stderr.isatty():  # progress bars of libraries (lm-eval, datasets) would fill a log file: off
     os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -147,7 +146,6 @@ def run_command(*, suite: str, one_process: Optional[str] = None) -> Callable[[C
                 if one_process and opts.nproc > 1:
                     raise AttnbenchError(f"--nproc {opts.nproc}: {one_process}")
                 if opts.plugins:  # before any spec of the command is parsed
-
                     plugins.activate(opts.plugins)
             except (AttnbenchError, ValueError, OSError, ImportError) as e:
                 fail(str(e))

@@ -58,7 +58,8 @@ class FullRunCost:
 
 def train_flops(step: Callable[[], Any]) -> int:
     """FLOPs of one forward + backward, as ``torch.utils.flop_counter`` counts them: ``step`` runs both."""
-    from attnbench.measure.flops import count_flops
+    from attnbench.measure.flops import count_flops  # brings torch: imported when a smoke counts its FLOPs
+
     return count_flops(step)
 
 

@@ -636,7 +636,7 @@ def print_tables(suite: str, sources: list[Source], console=None, fmt: str = "au
 
 
 def default_console():
-    """The terminal every view prints to when not given one (the CLI's too): soft-wrapped when output is not a
+    """The terminal every view prints to when not given one, and the CLI's: soft-wrapped when output is not a
     terminal, so piped tables keep their lines whole."""
     from rich.console import Console
 
@@ -738,8 +738,9 @@ def _check_committable(records: list[Measurement], out: Path) -> None:
     committed = PACKAGE_ROOT / "results"
     if not out.resolve().is_relative_to(committed.resolve()):
         return
+    foreign = {c for c in {r.git_commit for r in records} if not provenance.in_history(c)}  # one git call a commit
     bad = sorted({f"{(r.git_commit or 'no commit')[:10]}{' (dirty)' if r.git_dirty is not False else ''}"
-                  for r in records if r.git_dirty is not False or not provenance.in_history(r.git_commit)})
+                  for r in records if r.git_dirty is not False or r.git_commit in foreign})
     if bad:
         raise AttnbenchError(f"{out}: records made from a tree with uncommitted changes or at a commit not in this "
                              f"repository's history ({', '.join(bad[:5])}); results are committed only from a clean "

@@ -101,7 +101,6 @@ def load_lm(path: str | os.PathLike, device: str = "cpu") -> LoadedLM:
     try:
         recorded = (cfg_file.get("meta") or {}).get("plugins") or {}
         if recorded:  # a model with a plug-in's feature map: its plug-in first (exported to lm-eval's children too)
-
             loaded = {p.source: p for p in plugins.activate(list(recorded))}
             for source, digest in recorded.items():
                 now = loaded.get(plugins.resolve(source))
