@@ -11,7 +11,7 @@ import pytest
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
 from attnbench.results.records import read_jsonl
-from attnbench.views import tables
+from attnbench.views.export import export
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,9 +50,9 @@ def test_an_export_into_the_committed_results_takes_only_records_of_a_clean_tree
     for bad in (dataclasses.replace(clean, git_dirty=True), dataclasses.replace(clean, git_dirty=None),
                 dataclasses.replace(clean, git_commit="0" * 40), dataclasses.replace(clean, git_commit=None)):
         with pytest.raises(AttnbenchError, match="results are committed only from a clean tree"):
-            tables.export([clean, bad], "jsonl", out=target)
+            export([clean, bad], "jsonl", out=target)
         assert not target.parent.exists()   # nothing written
-    assert tables.export([clean], "jsonl", out=tmp_path / "x.jsonl")   # anywhere else: any record
+    assert export([clean], "jsonl", out=tmp_path / "x.jsonl")   # anywhere else: any record
 
 
 @pytest.mark.skipif(_git("rev-parse", "--is-shallow-repository") != "false", reason="needs the full git history")

@@ -19,7 +19,12 @@ from attnbench.results.records import read_jsonl, write_jsonl
 from attnbench.results.store import Store
 from attnbench.suites.scaling import leaderboard as scaling_leaderboard
 from attnbench.suites.scaling.ingest import ingest_pytest_benchmark
+from attnbench.views import sources as view_sources
 from attnbench.views import tables as tbl
+from attnbench.views.export import export, select
+from attnbench.views.render import _is_text, _one_line, fit_columns, render_tables
+from attnbench.views.rows import fit_exponent
+from attnbench.views.sources import committed_records, latest, load_sources, Source
 
 NS = [1024, 2048, 4096, 8192]
 
@@ -28,10 +33,10 @@ def test_fit_exponent_on_synthetic_costs():
     rng = random.Random(0)
     for k in (1.0, 2.0, 1.5):
         costs = [3e-7 * n ** k * math.exp(rng.gauss(0, 0.02)) for n in NS]
-        assert tbl.fit_exponent(NS, costs) == pytest.approx(k, abs=0.05)
-    assert tbl.fit_exponent(NS, [5.0] * 4) == pytest.approx(0.0, abs=1e-12)
-    assert tbl.fit_exponent([1024], [1.0]) is None
-    assert tbl.fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
+        assert fit_exponent(NS, costs) == pytest.approx(k, abs=0.05)
+    assert fit_exponent(NS, [5.0] * 4) == pytest.approx(0.0, abs=1e-12)
+    assert fit_exponent([1024], [1.0]) is None
+    assert fit_exponent(NS, [None, 0, -1, 2.0]) is None      # one usable point only
 
 
 def _populate(store: Store, setting: str = "scaling/syn", device_name: str = "Test CPU", rss_below: int = 0) -> str:
@@ -70,7 +75,7 @@ def test_scaling_board_exponents_ratios_and_order(tmp_db):
     assert board.ratio(lin, 4096, "time_median_s") == pytest.approx(1 / 4096)
     assert board.ratio(lin, 8192, "time_median_s") is None       # softmax oom there
     out = io.StringIO()
-    tbl.print_tables("scaling", [tbl.Source("your runs (x)", recs)], console=Console(file=out, width=200))
+    tbl.print_tables("scaling", [Source("your runs (x)", recs)], console=Console(file=out, width=200))
     text = out.getvalue()
     assert "oom" in text and "2.00" in text and "1.00" in text and "time —" in text
     assert "peak memory (tensor bytes above the inputs) —" in text and "peak memory (process RSS" in text
@@ -81,27 +86,27 @@ def test_latest_record_per_point_wins(tmp_db):
         _populate(s)
         _populate(s)
         recs = s.measurements()
-    assert len(recs) == 16 and len(tbl.latest(recs)) == 8
-    assert {r.run_id for r in tbl.latest(recs)} == {recs[-1].run_id}
+    assert len(recs) == 16 and len(latest(recs)) == 8
+    assert {r.run_id for r in latest(recs)} == {recs[-1].run_id}
 
 
 def test_exports(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    text = tbl.export(recs, "csv")
+    text = export(recs, "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 8 and rows[0]["suite"] == "scaling" and "metrics.time_median_s" in rows[0]
     assert json.loads(rows[0]["packages"]) == {"torch": "x"}
     out = tmp_path / "e.jsonl"
-    tbl.export(recs, "jsonl", out)
+    export(recs, "jsonl", out)
     assert [r.to_dict() for r in read_jsonl(out)] == [r.to_dict() for r in recs]
-    md = tbl.export(recs, "markdown", tmp_path / "e.md", label="committed reference results")
+    md = export(recs, "markdown", tmp_path / "e.md", label="committed reference results")
     assert (tmp_path / "e.md").read_text() == md
     assert "| attention | impl | N=1k |" in md and "| device | cpu (Test CPU) |" in md and "abc123" in md
     assert "| softmax |" in md and "oom" in md
     with pytest.raises(ValueError, match="format"):
-        tbl.export(recs, "xml")
+        export(recs, "xml")
 
 
 def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch):
@@ -110,7 +115,7 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
     (proj / "pyproject.toml").write_text("")
     monkeypatch.chdir(proj)
     monkeypatch.delenv("ATTNBENCH_DB", raising=False)
-    monkeypatch.setattr(tbl, "PACKAGE_ROOT", tmp_path / "elsewhere")
+    monkeypatch.setattr(view_sources, "PACKAGE_ROOT", tmp_path / "elsewhere")
     # a fresh checkout: no database, only the committed export
     with Store(tmp_path / "ref.db") as s:
         run_id = _populate(s, device_name="Reference CPU")
@@ -128,7 +133,7 @@ def test_committed_reference_results_beside_the_users_runs(tmp_path, monkeypatch
         # the committed run is in this store too (the reference was exported from it): shown once, as committed
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (8, 0)
         assert import_records(read_jsonl(proj / "results" / "scaling" / "cpu-reference.jsonl"), s) == (0, 1)
-    sources = tbl.load_sources("scaling")
+    sources = load_sources("scaling")
     assert [src.committed for src in sources] == [False, True]  # the user's runs first
     assert all(m.run_id != other for m in sources[0].records)
     out = io.StringIO()
@@ -143,7 +148,7 @@ def test_plots_written_and_non_empty(tmp_db, tmp_path):
     with Store() as s:
         _populate(s)
         recs = s.measurements()
-    paths = scaling_leaderboard.plot_scaling(tbl.Source("x", recs), tmp_path / "plots")
+    paths = scaling_leaderboard.plot_scaling(Source("x", recs), tmp_path / "plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
@@ -216,7 +221,7 @@ def test_generic_view_for_other_suites(tmp_db):
     assert tbl.table("demo", console=Console(file=out, width=200)) == 1
     text = out.getvalue()
     assert "demo/tiny" in text and "0.3200 (seeds ± 0.2541, n=2)" in text and "oom" in text
-    md = tbl.export(tbl.select(suite="demo"), "markdown")
+    md = export(select(suite="demo"), "markdown")
     assert "| linear | 0.3200 (seeds ± 0.2541, n=2) | 0.6 |" in md
 
 
@@ -245,7 +250,7 @@ def test_memory_tables_name_their_figure_and_show_below_resolution(tmp_db):
     with Store() as s:
         _populate(s, rss_below=1)
         recs = s.measurements()
-    md = tbl.export(recs, "markdown")
+    md = export(recs, "markdown")
     titles = [line for line in md.splitlines() if line.startswith("#### ")]
     assert len(titles) == 3 and not any("()" in t for t in titles)
     assert "#### peak memory (tensor bytes above the inputs) — scaling/syn" in md
@@ -268,9 +273,9 @@ def test_records_from_before_the_tensor_figure_show_as_rss(tmp_db):
                                                                 "mem_method": "child-process peak RSS"})
                     for n in (1024, 2048)])
         recs = s.measurements()
-    md = tbl.export(recs, "markdown")
+    md = export(recs, "markdown")
     assert "process RSS" in md and "tensor bytes" not in md and "10 KiB" in md
-    paths = scaling_leaderboard.plot_scaling(tbl.Source("x", recs), tmp_db.parent / "old-plots")
+    paths = scaling_leaderboard.plot_scaling(Source("x", recs), tmp_db.parent / "old-plots")
     assert {p.name.rsplit("-", 1)[-1] for p in paths} == {"time.png", "memory.png"}
 
 
@@ -367,7 +372,7 @@ SUITES_WITH_RESULTS = ("lra", "vision", "mixa", "adala", "lm", "claims", "scalin
 
 def _all_tables(suite: str) -> list:
     view = tbl.view_of(suite)
-    tables = [t for src in tbl.load_sources(suite) for t in tbl.source_tables(view, src)]
+    tables = [t for src in load_sources(suite) for t in tbl.source_tables(view, src)]
     return tables + (view.extra_data() if view.extra_data else [])
 
 
@@ -379,13 +384,13 @@ def _console(width: int, terminal: bool):
 
 def _as_your_runs(suite: str) -> list:
     """The committed records of ``suite`` as a user's store would give them (the "your runs" tables)."""
-    return [tbl.Source("your runs (x.db)", src.records, path=None) for src in tbl.load_sources(suite)]
+    return [Source("your runs (x.db)", src.records, path=None) for src in load_sources(suite)]
 
 
 @pytest.mark.parametrize("suite", SUITES_WITH_RESULTS)
 @pytest.mark.parametrize("whose", ["committed", "yours"])
 def test_every_table_is_whole_at_80_columns_and_when_piped(suite, whose, tmp_db):
-    sources = _as_your_runs(suite) if whose == "yours" else tbl.load_sources(suite)
+    sources = _as_your_runs(suite) if whose == "yours" else load_sources(suite)
     view = tbl.view_of(suite)
     tables = [t for src in sources for t in tbl.source_tables(view, src)]
     tables += view.extra_data() if view.extra_data and whose == "committed" else []
@@ -406,10 +411,10 @@ def test_every_table_is_whole_at_80_columns_and_when_piped(suite, whose, tmp_db)
     framed = [ln for ln in lines if ln[:1] and ln[:1] in "┏┃┡│└"]
     assert all(ln.rstrip()[-1] in "┓┃┩│┘" for ln in framed), (suite, "a table lost its right edge (cropped)")
     for t in tables:
-        for i in tbl.fit_columns(t, 80):
+        for i in fit_columns(t, 80):
             for row in t[2]:
                 cell = str(row[i])
-                if tbl._is_text(t[1][i]):
+                if _is_text(t[1][i]):
                     assert all(w in out for w in cell.split()), (suite, t[1][i], cell)
                 else:
                     for part in cell.splitlines():
@@ -422,7 +427,7 @@ def test_every_table_is_whole_at_80_columns_and_when_piped(suite, whose, tmp_db)
     rows = [ln for ln in out.splitlines() if ln.startswith("| ")]
     for t in tables:
         for row in t[2]:
-            cells = [tbl._one_line(c).replace("|", "\\|") for c in row]
+            cells = [_one_line(c).replace("|", "\\|") for c in row]
             assert any(all(f" {c} " in ln for c in cells) for ln in rows), (suite, t[0], row)
 
 
@@ -430,7 +435,7 @@ def test_narrow_tables_drop_named_columns_and_never_fold_a_number():
     t = ("demo", ["attention", "impl", "top-1", "wall", "note"],
          [["softmax", "sdpa", "94.44 ± 2.8 ≈", "123 s", "a long note that may wrap between its words"]], "caption")
     con = _console(40, terminal=True)
-    (shown,) = tbl.render_tables([t], console=con)
+    (shown,) = render_tables([t], console=con)
     out = con.file.getvalue()
     assert "impl" not in shown and "wall" not in shown and shown[:2] == ["attention", "top-1"]   # impl, wall go first
     assert "94.44 ± 2.8 ≈" in out and max(map(len, out.splitlines())) <= 40
@@ -438,18 +443,18 @@ def test_narrow_tables_drop_named_columns_and_never_fold_a_number():
     for fmt, probe in (("tsv", "softmax\tsdpa\t94.44 ± 2.8 ≈\t123 s"), ("json", '"top-1": "94.44 ± 2.8 ≈"'),
                        ("md", "| softmax | sdpa | 94.44 ± 2.8 ≈ | 123 s |")):
         con = _console(40, terminal=True)
-        tbl.render_tables([t], console=con, fmt=fmt)
+        render_tables([t], console=con, fmt=fmt)
         assert probe in con.file.getvalue(), fmt
     with pytest.raises(ValueError, match="--format must be one of"):
-        tbl.render_tables([t], console=_console(40, True), fmt="xml")
+        render_tables([t], console=_console(40, True), fmt="xml")
 
 
 # --- tables name their machine and source; marks; baselines; unfinished runs ---------------------------------------
 def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
-    recs = tbl.committed_records("lra")
+    recs = committed_records("lra")
     view = tbl.view_of("lra")
-    committed = tbl.source_tables(view, tbl.Source("committed reference results (x)", recs, committed=True))
-    mine = tbl.source_tables(view, tbl.Source("your runs (x.db)", recs))
+    committed = tbl.source_tables(view, Source("committed reference results (x)", recs, committed=True))
+    mine = tbl.source_tables(view, Source("your runs (x.db)", recs))
     for title in [t[0] for t in committed + mine]:
         assert recs[0].device_name in title, title
     assert all(t[0].endswith("· committed results") for t in committed)
@@ -467,41 +472,41 @@ def test_titles_name_the_machine_and_whether_the_results_are_committed(tmp_db):
 
     measured = [dataclasses.replace(r, device_name="Some CPU", metrics={**r.metrics, "matmul_fp32_gflops": 214.4})
                 for r in recs]
-    titles = [t[0] for t in tbl.source_tables(view, tbl.Source("your runs (x.db)", measured))]
+    titles = [t[0] for t in tbl.source_tables(view, Source("your runs (x.db)", measured))]
     assert all("Some CPU" in t and "fp32 matmul 214 GFLOP/s" in t for t in titles), titles
 
 
 def test_mixa_table_marks_the_best_and_the_insignificant():
     import dataclasses
 
-    recs = tbl.committed_records("mixa")
-    (t, *_) = tbl.view_of("mixa").data(tbl.Source("committed reference results", recs, committed=True))
+    recs = committed_records("mixa")
+    (t, *_) = tbl.view_of("mixa").data(Source("committed reference results", recs, committed=True))
     top1 = [row[2] for row in t[2] if row[2] != "-"]
     assert sum(c.endswith("^") for c in top1) == 1 and any(c.endswith("≈") for c in top1)
     assert "^ best" in t[3] and "Δ: points vs the teacher, ≈" in t[3]
     # a record timed while another attnbench process ran is marked, and the caption says what the mark means
     marked = [dataclasses.replace(r, metrics={**r.metrics, "concurrent_attnbench": [{"pid": 1, "argv": "x"}]})
               for r in recs]
-    (t, *_) = tbl.source_tables(tbl.view_of("mixa"), tbl.Source("your runs", marked))
+    (t, *_) = tbl.source_tables(tbl.view_of("mixa"), Source("your runs", marked))
     assert any("‡" in c for row in t[2] for c in row) and "‡ timed while other attnbench processes" in t[3]
 
 
 def test_the_users_lra_table_without_softmax_shows_the_committed_baseline():
-    recs = [r for r in tbl.committed_records("lra") if r.attention != "softmax"]
-    (acc, *_) = tbl.view_of("lra").data(tbl.Source("your runs (x.db)", recs))
+    recs = [r for r in committed_records("lra") if r.attention != "softmax"]
+    (acc, *_) = tbl.view_of("lra").data(Source("your runs (x.db)", recs))
     first = acc[2][0]
     assert first[0].startswith("softmax (committed; ") and recs[0].device_name in first[0]
     assert not first[2].endswith(("^", "≈"))           # another run on another machine: outside the marks
-    (acc, *_) = tbl.view_of("lra").data(tbl.Source("committed reference results", recs, committed=True))
+    (acc, *_) = tbl.view_of("lra").data(Source("committed reference results", recs, committed=True))
     assert not any(row[0].startswith("softmax (committed") for row in acc[2])
 
 
 def test_a_table_with_no_finished_cell_says_so_instead_of_unknowns():
     import dataclasses
 
-    recs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in tbl.committed_records("vision")]
+    recs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in committed_records("vision")]
     for suite in ("vision", "mixa"):
-        rs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in tbl.committed_records(suite)]
-        tables = tbl.view_of(suite).data(tbl.Source("your runs", rs or recs))
+        rs = [dataclasses.replace(r, status="interrupted", metrics={}) for r in committed_records(suite)]
+        tables = tbl.view_of(suite).data(Source("your runs", rs or recs))
         cap = tables[0][3]
         assert "?" not in cap and "No cell of this table has finished ok yet" in cap, (suite, cap)

@@ -25,6 +25,7 @@ from attnbench.api import suites as suite_registry
 from attnbench.core.errors import AttnbenchError, UnknownNameError
 from attnbench.views import report as reportpage
 from attnbench.views import tables
+from attnbench.views.sources import load_sources, reference_files
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -40,7 +41,7 @@ INSTALL = ("the report page is tested in a real headless browser: install it wit
 
 def committed_suites() -> list[str]:
     """Registered suites with committed reference results (what the page of the committed results must show)."""
-    return [s for s in suite_registry.suite_names() if tables.reference_files(s)]
+    return [s for s in suite_registry.suite_names() if reference_files(s)]
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_report_page_in_chromium(page_file, browser, tmp_path):
     for s in suites:
         assert page.locator(f"#suite-{s} table").count() >= 1, f"suite {s} has no table in the page"
         n_views = sum(len(tables.source_tables(tables.view_of(s), src))
-                      for src in tables.load_sources(s, include_store=False))
+                      for src in load_sources(s, include_store=False))
         assert page.locator(f"#suite-{s} .board:not(.reported) table").count() == n_views
     # the papers' tables are labelled as reported, and measured tables carry their provenance
     assert page.locator(".board.reported").count() >= 1

@@ -1,4 +1,4 @@
-"""Seeds: a cell is (spec, task, seed); a leaderboard row is (spec, task) over its seeds (attnbench.views.tables.seed_rows,
+"""Seeds: a cell is (spec, task, seed); a leaderboard row is (spec, task) over its seeds (attnbench.views.rows.seed_rows,
 aggregate, fmt_seeds; attnbench.results.stats.SeedStats); ``attnbench show`` gives the command that makes a row again."""
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from attnbench.results import stats
 from attnbench.results.records import Measurement, point_hash, read_jsonl
 from attnbench.results.store import Store
 from attnbench.views import tables
+from attnbench.views.render import markdown_tables
+from attnbench.views.rows import fmt_seeds
+from attnbench.views.sources import committed_records, reference_files, Source
 
 
 # --- the statistics -----------------------------------------------------------------------------------------------
@@ -41,7 +44,7 @@ def test_seed_stats_interval_and_disagreement():
     assert wild.disagree and wild.disagree_p == pytest.approx(chi2(counts, correction=False)[1], rel=1e-6)
     assert stats.seed_stats([55.0, 60.0], n_test=None).disagree_p is None  # not a proportion: no test
     one = stats.seed_stats([30.0], n_test=2000)
-    assert one.half is None and one.disagree_p is None and tables.fmt_seeds(one) == "30.00 ± 2.0"
+    assert one.half is None and one.disagree_p is None and fmt_seeds(one) == "30.00 ± 2.0"
 
 
 # --- identity -----------------------------------------------------------------------------------------------------
@@ -58,7 +61,7 @@ def test_the_seed_is_in_the_identity_and_seed_0_keeps_the_legacy_one():
 
 
 def test_every_committed_record_keeps_its_identity():
-    from attnbench.views.tables import committed_records
+    from attnbench.views.sources import committed_records
 
     for suite in ("lra", "vision", "mixa", "adala", "lm"):
         for r in committed_records(suite):
@@ -79,13 +82,13 @@ def _reseeded(recs: list[Measurement], scores: dict[int, float]) -> list[Measure
 
 
 def _render(suite: str, recs: list[Measurement]) -> str:
-    return tables.markdown_tables(tables.view_of(suite).data(tables.Source("planted", recs)))
+    return markdown_tables(tables.view_of(suite).data(Source("planted", recs)))
 
 
 @pytest.mark.parametrize("suite, attention", [("lra", "nala"), ("vision", "nala"), ("mixa", "mixa"),
                                                ("adala", "linear")])
 def test_every_accuracy_table_shows_mean_seed_interval_and_the_disagreement_mark(suite, attention):
-    recs = [r for r in tables.committed_records(suite) if r.attention == attention and r.seed == 0
+    recs = [r for r in committed_records(suite) if r.attention == attention and r.seed == 0
             and r.status == "ok"][:1]
     assert recs, suite
     agree = _render(suite, _reseeded(recs, {0: 90.0, 1: 90.4, 2: 89.6}))
@@ -96,16 +99,16 @@ def test_every_accuracy_table_shows_mean_seed_interval_and_the_disagreement_mark
 
 
 def test_the_committed_seed_files_render_as_mean_and_seed_interval():
-    lm = _render("lm", read_jsonl(tables.reference_files("lm")[0].parent / "tiny-cpu-seeds.jsonl"))
+    lm = _render("lm", read_jsonl(reference_files("lm")[0].parent / "tiny-cpu-seeds.jsonl"))
     row = next(ln for ln in lm.splitlines() if ln.startswith("| deltanet |"))
     assert "54.13 (seeds ± 5.29, n=3)" in row  # results/lm/README.md: 54.13 ± 5.29 over 3 seeds
     assert "no disagreement mark" in lm
-    mixa = _render("mixa", read_jsonl(tables.reference_files("mixa")[0].parent / "tiny-cpu-seeds.jsonl"))
+    mixa = _render("mixa", read_jsonl(reference_files("mixa")[0].parent / "tiny-cpu-seeds.jsonl"))
     row = next(ln for ln in mixa.splitlines() if ln.startswith("| mixa |"))
     assert "96.54 ± 2.3 (seeds ± 0.53, n=3)" in row
     # every committed MixA record: the deep study trained a teacher per seed and is one table over its 3 seeds;
     # the tiny reference run (another teacher at seed 0) stays a table of its own
-    boards = _render("mixa", tables.committed_records("mixa")).split("#### ")
+    boards = _render("mixa", committed_records("mixa")).split("#### ")
     deep = next(b for b in boards if b.startswith("mixa — mixa/tiny-deep"))
     row = next(ln for ln in deep.splitlines() if ln.startswith("| mixa |"))
     assert "(seeds ± 1.06, n=3)" in row and "seed 2: softmax-" in deep  # results/mixa/README.md: 95.06 ± 1.06

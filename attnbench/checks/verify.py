@@ -256,8 +256,8 @@ def verify_all(names: list[str] | None = None, *, dtype: str = "float64",
 
 
 def check_table(rows: list[Verdict]):
-    """The rows of ``attnbench check`` as one :data:`attnbench.views.tables.TableData` (printed by
-    :func:`attnbench.views.tables.render_tables`, in any ``--format``)."""
+    """The rows of ``attnbench check`` as one :data:`attnbench.views.render.TableData` (printed by
+    :func:`attnbench.views.render.render_tables`, in any ``--format``)."""
     from rich.text import Text
 
     style = {"ok": "green", "skipped": "yellow", "mismatch": "bold red", "error": "bold red"}

@@ -22,9 +22,10 @@ from attnbench.results import provenance
 from attnbench.results.ingest import ingest
 from attnbench.results.store import Store, check_writable
 from attnbench.views import tables
+from attnbench.views.render import default_console
 
 # soft-wrapped when piped: a name never folds across lines (a piped `attnbench list | grep` must find it)
-console = tables.default_console()
+console = default_console()
 if not sys.stderr.isatty():  # progress bars of libraries (lm-eval, datasets) would fill a log file: off
     os.environ.setdefault("TQDM_DISABLE", "1")
 

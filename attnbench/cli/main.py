@@ -16,7 +16,10 @@ from attnbench.results.ingest import ingest
 from attnbench.results.store import Store
 from attnbench.views import compare, tables
 from attnbench.views import report as reportpage
+from attnbench.views.export import export, select
+from attnbench.views.render import render_tables, table_format
 from attnbench.views.show import describe
+from attnbench.views.sources import committed_records
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbench: attention mechanisms behind one protocol, driven through the same suites.")
@@ -84,7 +87,7 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or
         return
     sources = sorted({d["plugin"] for d in rows if d.get("plugin")})
     note = "; plug-ins: " + ", ".join(sources) if sources else ""
-    tables.render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions{note}; `attnbench list "
+    render_tables([("attnbench attentions", header, cells, f"{len(cells)} attentions{note}; `attnbench list "
                            f"--format json` gives every field.")], console=console, fmt=fmt)
 
 
@@ -110,7 +113,7 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
     _activate_plugins(plugin)
 
     try:
-        fmt = tables.table_format(fmt, console)  # a bad --format fails before any work
+        fmt = table_format(fmt, console)  # a bad --format fails before any work
     except ValueError as e:
         fail(str(e))
     if interpret:  # must be set before triton is imported (kernels are imported lazily, on first use)
@@ -137,7 +140,7 @@ def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-sep
                     broken += testing.contract(name, verdicts=rows)
     except AttnbenchError as e:
         fail(str(e))
-    tables.render_tables([check_table(rows)], console=console, fmt=fmt)
+    render_tables([check_table(rows)], console=console, fmt=fmt)
     line, bad = summarize(rows)  # agreed, skipped (why), disagreed and errored, counted apart
     if contract_names:
         line += f"; contract of {', '.join(contract_names)}: {len(broken)} clause(s) broken"
@@ -192,7 +195,7 @@ def _check_aot(arch: str, quick: bool, interpret: bool) -> None:
         raise typer.Exit(code=1)
 
 
-# --- results: the store, tables, plots, exports (store.py, tables.py; each suite registers its view) -----------
+# --- results: the store, tables, plots, exports (each suite registers its view) -----------
 
 
 @app.command("table")
@@ -247,11 +250,11 @@ def export_cmd(fmt: str = typer.Option(..., "--format", help="csv, jsonl or mark
         if committed:
             if not suite:
                 raise AttnbenchError("--committed needs --suite (whose results/<suite>/*.jsonl to export)")
-            records = tables.committed_records(suite, setting)
+            records = committed_records(suite, setting)
             label = "committed reference results" if label == "exported results" else label
         else:
-            records = tables.select(db=db, suite=suite, setting=setting, run=run)
-        text = tables.export(records, fmt, out, suite=suite, label=label, committed=committed)
+            records = select(db=db, suite=suite, setting=setting, run=run)
+        text = export(records, fmt, out, suite=suite, label=label, committed=committed)
     except (AttnbenchError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     if out:
@@ -346,7 +349,7 @@ def compare_cmd(a: str = typer.Argument(..., help="side A (the baseline): a resu
     first; --threshold makes a significant regression fail the command (for CI)."""
 
     try:
-        fmt = tables.table_format(fmt, console)
+        fmt = table_format(fmt, console)
         if threshold is not None and threshold < 0:
             raise AttnbenchError(f"--threshold must be a percentage >= 0, got {threshold:g}")
         side_a, side_b = compare.sides(a, b, commits=commits, machines=machines)
@@ -356,7 +359,7 @@ def compare_cmd(a: str = typer.Argument(..., help="side A (the baseline): a resu
     if not result.differences:
         fail(f"no cell in common between A ({side_a.label}: {len(side_a.records)} records) and B ({side_b.label}: "
              f"{len(side_b.records)} records)" + (f" in suite {suite}" if suite else ""), code=1)
-    tables.render_tables(compare.tables(result, threshold), console=console, fmt=fmt)
+    render_tables(compare.tables(result, threshold), console=console, fmt=fmt)
     if threshold is not None:
         bad = result.regressions(threshold)
         for d in bad:

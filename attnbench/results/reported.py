@@ -50,7 +50,7 @@ from attnbench.api import catalog
 from attnbench.core.errors import AttnbenchError
 
 Number = int | float
-TableData = tuple[str, list[str], list[list[str]], str]  # as attnbench.views.tables.TableData (no import: tables is heavier)
+TableData = tuple[str, list[str], list[list[str]], str]  # as attnbench.views.render.TableData (views sit above results)
 
 DEFAULT_NAME_HEADER = "method [attnbench name]"
 _FILE_KEYS = {"paper", "citation", "name_header", "caption_end", "columns", "table"}
@@ -340,7 +340,7 @@ def _name(r: ReportedRow) -> str:
 
 
 def render(tables: Iterable[ReportedTable]) -> list[TableData]:
-    """(title, header, rows, caption) of each table, for :func:`attnbench.views.tables.render_tables`: a first column with
+    """(title, header, rows, caption) of each table, for :func:`attnbench.views.render.render_tables`: a first column with
     the paper's name and the attnbench one, the declared columns, and a "note" column where a row has a note."""
     out: list[TableData] = []
     for tab in tables:

@@ -37,7 +37,8 @@ from attnbench.results import provenance
 from attnbench.results.records import Measurement, read_jsonl
 from attnbench.results.stats import Z95, two_proportion_p, welch_p
 from attnbench.results.store import Store
-from attnbench.views.tables import fmt_time, label_of, latest
+from attnbench.views.rows import fmt_time, label_of
+from attnbench.views.sources import latest
 
 ALPHA = 0.05
 
@@ -300,7 +301,7 @@ def _fmt(v: float, metric: Metric) -> str:
 
 
 def tables(cmp: Comparison, threshold_pct: Optional[float] = None) -> list:
-    """The comparison as :data:`attnbench.views.tables.TableData`: accuracy-like metrics, then speed."""
+    """The comparison as :data:`attnbench.views.render.TableData`: accuracy-like metrics, then speed."""
     out = []
     groups = (("accuracy", ("proportion", "value")), ("speed", ("timing", "rate")))
     for what, kinds in groups:

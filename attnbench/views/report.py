@@ -1,7 +1,7 @@
 """``attnbench report``: one self-contained page of every suite's results, to send or to paste into a pull request.
 
 The page renders what ``attnbench table`` prints and nothing else: for each registered suite, the tables its view
-builds (:func:`attnbench.views.tables.source_tables` of every :func:`attnbench.views.tables.load_sources` source: the user's
+builds (:func:`attnbench.views.tables.source_tables` of every :func:`attnbench.views.sources.load_sources` source: the user's
 store and the committed reference results), the view's extra tables (a paper's reported numbers, labelled as
 such), the view's plots (:attr:`attnbench.views.tables.View.plot`, drawn afresh) and the figures records name
 (``metrics["figure"]``, e.g. a check's figure beside its verdict), and under each measured table its provenance:
@@ -32,6 +32,10 @@ from attnbench.results.paths import project_root, resolve_db
 from attnbench.results.provenance import git_info
 from attnbench.results.records import Measurement
 from attnbench.views import tables
+from attnbench.views.export import environment_markdown
+from attnbench.views.render import markdown_tables, TableData, TEXT_COLUMNS
+from attnbench.views.rows import label_of, slug
+from attnbench.views.sources import latest, load_sources, machine_of, results_dirs, Source
 
 FORMATS = ("auto", "html", "md")
 
@@ -47,10 +51,10 @@ class Figure:
 
 @dataclasses.dataclass
 class Board:
-    """One table of the page: the view's :data:`attnbench.views.tables.TableData`, whether it is measured or a paper's
+    """One table of the page: the view's :data:`attnbench.views.render.TableData`, whether it is measured or a paper's
     reported numbers, and (measured) its provenance as ``(field, value)`` rows."""
 
-    table: tables.TableData
+    table: TableData
     reported: bool = False
     provenance: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
@@ -116,9 +120,9 @@ class Written:
 
 # --- collecting ----------------------------------------------------------------------------------------------------
 def provenance_rows(records: list[Measurement]) -> list[tuple[str, str]]:
-    """The provenance of ``records`` as rows: the machine (:func:`attnbench.views.tables.machine_of`, with the fp32 matmul
+    """The provenance of ``records`` as rows: the machine (:func:`attnbench.views.sources.machine_of`, with the fp32 matmul
     GFLOP/s measured where the run recorded it) and the export's environment block
-    (:func:`attnbench.views.tables.environment_markdown`: threads, date, commits with their dirty flag, packages,
+    (:func:`attnbench.views.export.environment_markdown`: threads, date, commits with their dirty flag, packages,
     points), read back from its two-column form so the fields are defined in one place."""
     if not records:
         return []
@@ -127,10 +131,10 @@ def provenance_rows(records: list[Measurement]) -> list[tuple[str, str]]:
         by_machine.setdefault((r.device, r.device_name or ""), []).append(r)
     machines = []
     for (device, _), recs in sorted(by_machine.items()):
-        m = tables.machine_of(recs)   # each machine with the GFLOP/s measured on it
+        m = machine_of(recs)   # each machine with the GFLOP/s measured on it
         machines.append(f"{device} · {m}" + ("" if "GFLOP/s" in m else " (matmul GFLOP/s not recorded)"))
     rows = [("machine", "; ".join(machines))]
-    for line in tables.environment_markdown(records).splitlines()[2:]:
+    for line in environment_markdown(records).splitlines()[2:]:
         key, _, value = line.strip().strip("|").partition(" | ")
         key, value = key.strip(), value.strip()
         if key and key != "device":  # the machine row above names the devices
@@ -152,17 +156,17 @@ def _resolve(path: str) -> Path | None:
     p = Path(path)
     if p.is_absolute():
         return p if p.is_file() else None
-    for base in (Path.cwd(), project_root(), *(d.parent for d in tables.results_dirs())):
+    for base in (Path.cwd(), project_root(), *(d.parent for d in results_dirs())):
         if (base / p).is_file():
             return base / p
     return None
 
 
-def _record_figures(src: tables.Source, section: Section) -> None:
+def _record_figures(src: Source, section: Section) -> None:
     """The figures ``src``'s records name (``metrics["figure"]``), one group per task, the latest record of each
     figure; a named figure that is not on disk becomes a note."""
     by_path: dict[str, Measurement] = {}
-    for r in tables.latest(src.records, preferred=("ok", "skipped")):
+    for r in latest(src.records, preferred=("ok", "skipped")):
         fig = r.metrics.get("figure")
         if isinstance(fig, str) and fig:
             by_path[fig] = r
@@ -178,7 +182,7 @@ def _record_figures(src: tables.Source, section: Section) -> None:
             if p is None:
                 missing.append(fig)
                 continue
-            what = " · ".join(str(x) for x in (tables.label_of(r), r.params.get("input")) if x)
+            what = " · ".join(str(x) for x in (label_of(r), r.params.get("input")) if x)
             outcome = r.metrics.get("verdict") or r.status
             figures.append(Figure(p.name, p.read_bytes(), what, str(outcome)))
         claims = {str(r.metrics.get("claim")) for _, r in items if r.metrics.get("claim")}
@@ -190,11 +194,11 @@ def _record_figures(src: tables.Source, section: Section) -> None:
                                  f"(e.g. {missing[0]}); rerun the suite to draw them.")
 
 
-def tag_of(src: tables.Source) -> str:
+def tag_of(src: Source) -> str:
     return "committed results" if src.committed else "your runs"
 
 
-def _view_plots(view: tables.View, suite: str, src: tables.Source, section: Section) -> None:
+def _view_plots(view: tables.View, suite: str, src: Source, section: Section) -> None:
     """The view's plots of ``src``, drawn now into a temporary directory and kept as bytes."""
     with tempfile.TemporaryDirectory(prefix="attnbench-report-") as d:
         prefix = src.path.stem if src.committed and src.path else suite
@@ -213,7 +217,7 @@ def collect(suites: Iterable[str] | None = None, *, db: str | None = None, inclu
         suite = suite_registry.get_suite(name)
         view = tables.view_of(name)
         section = Section(name, suite.help)
-        sources = tables.load_sources(name, db=db, include_committed=include_committed, include_store=include_store)
+        sources = load_sources(name, db=db, include_committed=include_committed, include_store=include_store)
         for src in sources:
             if view.data is None:  # a view that renders only itself: its markdown, as a note
                 section.notes.append(view.markdown(src))
@@ -259,7 +263,7 @@ def _numeric_columns(header: list[str], rows: list[list[object]]) -> list[bool]:
     out = []
     for i in range(len(header)):
         cells = [str(r[i]).strip() for r in rows if i < len(r) and str(r[i]).strip() not in ("", "-", "·")]
-        prose = header[i].startswith(tables.TEXT_COLUMNS)
+        prose = header[i].startswith(TEXT_COLUMNS)
         out.append(i > 0 and not prose and bool(cells) and sum(bool(_NUMBER.match(c)) for c in cells) * 2 >= len(cells))
     return out
 
@@ -292,7 +296,7 @@ def _cell(text_col: bool, numeric: bool, cell: object) -> str:
 def _board(b: Board, anchor: str) -> dict:
     """What the template needs of one board: its header cells and its rows as cells of escaped HTML."""
     title, header, rows, caption = b.table
-    texts = [h.startswith(tables.TEXT_COLUMNS) for h in header]
+    texts = [h.startswith(TEXT_COLUMNS) for h in header]
     nums = _numeric_columns(header, rows)
     return {"anchor": anchor, "reported": b.reported, "title": title, "caption": caption, "provenance": b.provenance,
             "badge": "reported by the paper, not measured" if b.reported else "measured",
@@ -311,7 +315,7 @@ def render_html(report: Report) -> str:
     and sorting script inline."""
     sections = []
     for s in report.sections:
-        sid = f"suite-{tables.slug(s.suite)}"
+        sid = f"suite-{slug(s.suite)}"
         measured = sum(not b.reported for b in s.boards)
         reported = len(s.boards) - measured
         figs = sum(len(g.figures) for g in s.groups)
@@ -349,13 +353,13 @@ def render_markdown(report: Report, fig_dir: str) -> tuple[str, list[tuple[str, 
             title, header, rows, caption = b.table
             if b.reported:
                 title = title if title.startswith("reported") else f"reported (not measured by attnbench): {title}"
-            lines.append(tables.markdown_tables([(title, header, rows, caption)]))
+            lines.append(markdown_tables([(title, header, rows, caption)]))
             if b.provenance:
                 lines += ["Provenance:", ""] + [f"- **{k}**: {v}" for k, v in b.provenance] + [""]
         for g in s.groups:
             lines += [f"#### Figures: {g.title}", ""] + ([g.note, ""] if g.note else [])
             for f in g.figures:
-                name = f"{tables.slug(s.suite)}-{f.name}"
+                name = f"{slug(s.suite)}-{f.name}"
                 while name in used:
                     name = "x" + name
                 used.add(name)

@@ -26,7 +26,8 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.engine.argv import strip_options
 from attnbench.results.records import Measurement
 from attnbench.results.store import open_existing
-from attnbench.views.tables import label_of, load_sources, seed_rows
+from attnbench.views.rows import label_of, seed_rows
+from attnbench.views.sources import load_sources
 
 #: Options of a recorded command line that only split, launch or force work: not part of what a cell is.
 DROP = {"--shard": True, "--launcher": True, "--jobs": True, "--partition": True, "--gpus-per-job": True,

@@ -8,18 +8,18 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnbench.results.records import Measurement
-from attnbench.views.tables import (
+from attnbench.views.rows import (
     aggregate,
     board_title,
     boards,
-    commits_of,
     fmt_seeds,
     seed_note,
     seed_rows,
-    table_view,
     timing_mark,
     unfinished_caption,
 )
+from attnbench.views.sources import commits_of
+from attnbench.views.tables import table_view
 
 
 def _order(r: Measurement) -> tuple:
@@ -41,7 +41,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     out = []
     for (setting, device), recs in boards(records):
         rows, stats = [], []
-        # a row is (attention, stage set) over its seeds (attnbench.views.tables.seed_rows); columns other than top-1
+        # a row is (attention, stage set) over its seeds (attnbench.views.rows.seed_rows); columns other than top-1
         # and the stage accuracies: its latest seed
         over_seeds = sorted(seed_rows(recs, key=lambda r: r.attention, vary=("seed", "teacher", "weights")).values(),
                             key=lambda rs: _order(rs[-1]))  # each seed has its own teacher (and scratch model)

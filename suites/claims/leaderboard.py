@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnbench.results.records import Measurement
-from attnbench.views.tables import board_title, boards, commits_of, fmt_bytes, fmt_n, label_of, table_view
+from attnbench.views.rows import board_title, boards, fmt_bytes, fmt_n, label_of
+from attnbench.views.sources import commits_of
+from attnbench.views.tables import table_view
 
 ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncation", "laplacian-distance",
          "laplacian-ns", "laplacian-ns-vs-cg", "laplacian-nystrom", "stella-variance", "memory", "adala-depth")

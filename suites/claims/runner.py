@@ -19,7 +19,7 @@ from attnbench.engine.context import RunContext, RunOptions, run_options
 from attnbench.engine.sweep import Cell, CellContext, CellError, CellResult, Outcome, SweepSummary, default_line
 from attnbench.results.paths import project_root
 from attnbench.results.records import point_hash
-from attnbench.views.tables import slug
+from attnbench.views.rows import slug
 
 from .checks import Skip, checks
 from .figures import COLORS

@@ -11,18 +11,17 @@ from typing import Iterable
 
 from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
-from attnbench.views.tables import (
+from attnbench.views.rows import (
     aggregate,
     board_title,
-    commits_of,
     fmt_seeds,
-    latest,
     seed_note,
     seed_rows,
-    table_view,
     timing_mark,
     unfinished_caption,
 )
+from attnbench.views.sources import commits_of, latest
+from attnbench.views.tables import table_view
 
 # the lm-eval (task, metric) behind each column, as in FLA's README evaluation and NaLaFormer's Table 5
 COLUMNS = (("Wiki. ppl↓", "wikitext", "word_perplexity"), ("LMB. ppl↓", "lambada_openai", "perplexity"),
@@ -63,7 +62,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
         groups.setdefault((r.setting, r.device), {}).setdefault(r.task, []).append(r)
     out = []
     for (setting, device), by_task in sorted(groups.items()):
-        # a row is a variant over its seeds (attnbench.views.tables.seed_rows): test perplexity and bits/byte are means
+        # a row is a variant over its seeds (attnbench.views.rows.seed_rows): test perplexity and bits/byte are means
         # over seeds, the other columns its latest seed's
         over_seeds = {k[4]: rs for k, rs in seed_rows(by_task.get("pretrain", []),
                                                       key=lambda r: r.attention).items()}

@@ -17,20 +17,9 @@ from typing import Iterable
 from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
 from attnbench.results.stats import above_rate_p, two_proportion_p, wilson_interval
-from attnbench.views.tables import (
-    aggregate,
-    board_title,
-    boards,
-    commits_of,
-    committed_records,
-    fmt_seeds,
-    latest,
-    machine_of,
-    seed_note,
-    seed_rows,
-    table_view,
-    timing_mark,
-)
+from attnbench.views.rows import aggregate, board_title, boards, fmt_seeds, seed_note, seed_rows, timing_mark
+from attnbench.views.sources import commits_of, committed_records, latest, machine_of
+from attnbench.views.tables import table_view
 
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
 BASELINE = "softmax"
@@ -47,7 +36,7 @@ def _majority(by: dict, lab: str, t: str) -> float | None:
 
 
 def _fmt_cell(st, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
-    """One accuracy cell over its seeds (:func:`attnbench.views.tables.fmt_seeds`) with the marks of the caption of
+    """One accuracy cell over its seeds (:func:`attnbench.views.rows.fmt_seeds`) with the marks of the caption of
     :func:`measured_tables`; the marks test the mean over seeds as a proportion of the test set."""
 
     n, mean = st.n_test or 0, st.mean
@@ -115,7 +104,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     for (setting, device), recs in boards(records):
         tasks = [t for t in TASK_ORDER if any(r.task == t for r in recs)]
         labels = sorted({_label(r) for r in recs})
-        # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.views.tables.seed_rows)
+        # a row is (spec, task) over its seeds, of the latest configuration only (attnbench.views.rows.seed_rows)
         by: dict[tuple[str, str], list[Measurement]] = {(lab, t): rs for (_s, _d, _dt, t, lab), rs
                                                         in seed_rows(recs, key=_label).items()}
         stats = {key: aggregate(rs) for key, rs in by.items()}

@@ -9,18 +9,17 @@ from typing import Iterable
 
 from attnbench.results.records import Measurement
 from attnbench.results.stats import two_proportion_p
-from attnbench.views.tables import (
+from attnbench.views.rows import (
     aggregate,
     board_title,
-    commits_of,
     fmt_seeds,
-    latest,
     seed_note,
     seed_rows,
-    table_view,
     timing_mark,
     unfinished_caption,
 )
+from attnbench.views.sources import commits_of, latest
+from attnbench.views.tables import table_view
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
 
@@ -59,7 +58,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
     out = []
     for (setting, device, k), recs in studies:
         rows = []
-        # a row is a variant over its seeds (attnbench.views.tables.seed_rows); its teacher (a run seed trains its own)
+        # a row is a variant over its seeds (attnbench.views.rows.seed_rows); its teacher (a run seed trains its own)
         # and selected layers may differ by seed
         rows_of = {key[4]: rs for key, rs in seed_rows(recs, key=lambda r: r.attention,
                                                        vary=("seed", "teacher", "quadratic_layers", "specs",

@@ -3,7 +3,7 @@ log-log plots over the store's records (and the committed reference results).
 
 Per (setting, task, dtype, device) — a *board* — it gives: time at each N (median ± IQR, ratio to softmax at the
 same N), GFLOP/s at the largest N, peak memory at each N (ratio to softmax) and the empirical exponents (the
-least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.views.tables.fit_exponent`).
+least-squares slope of log cost against log N over the ``ok`` points, :func:`attnbench.views.rows.fit_exponent`).
 
 Memory. The primary figure is ``peak_tensor_bytes``: the peak bytes of tensors alive at once during one call,
 above the inputs, counted at the tensor level (:class:`attnbench.measure.memory.TensorMemory`), so the same on any CPU
@@ -23,22 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from attnbench.results.records import Measurement
-from attnbench.views.tables import (
-    BASELINE,
-    Source,
-    View,
-    commits_of,
-    describe_records,
-    fit_exponent,
-    fmt_bytes,
-    fmt_n,
-    fmt_time,
-    label_of,
-    latest,
-    machine_of,
-    md_table,
-    slug,
-)
+from attnbench.views.render import md_table
+from attnbench.views.rows import BASELINE, fit_exponent, fmt_bytes, fmt_n, fmt_time, label_of, slug
+from attnbench.views.sources import commits_of, describe_records, latest, machine_of, Source
+from attnbench.views.tables import View
 
 TENSOR_KEY = "peak_tensor_bytes"    # primary: tensor-level peak (allocator-independent)
 RSS_KEY = "peak_rss_bytes"          # secondary: process RSS peak (None + rss_note below its resolution)

@@ -46,10 +46,11 @@ from attnbench.results import provenance
 from attnbench.results.records import Measurement, point_hash
 from attnbench.results.store import Store
 from attnbench.views import tables
-from attnbench.views.tables import fmt_bytes, fmt_time
+from attnbench.views.rows import fmt_bytes, fmt_time
 
 from .config import DEFAULT_PRESET, Grid, ScalingPreset, load_preset, parse_seq, parse_seq_list, task_name
 from .measure import PointSpec, measure_point
+from attnbench.views.sources import Source
 
 SUITE = "scaling"
 INJECT_ENV = "ATTNBENCH_INJECT"
@@ -384,7 +385,7 @@ def run_cli(plan: ScalingPlan, *, opts, console=None, show_table: bool = False) 
                              shard=opts.shard)
         if show_table:
             recs = store.measurements(suite=SUITE, setting=plan.setting)
-            tables.print_tables(SUITE, [tables.Source(f"your runs ({store.path})", recs, committed=False)],
+            tables.print_tables(SUITE, [Source(f"your runs ({store.path})", recs, committed=False)],
                                 console=console)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items())) or "nothing new"
     console.print(f"run {(result.run_id or '-')[:12]}: {counts}"

@@ -11,25 +11,25 @@ from typing import Iterable
 from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
 from attnbench.results.stats import above_rate_p, two_proportion_p
-from attnbench.views.tables import (
+from attnbench.views.rows import (
     aggregate,
     board_title,
     boards,
-    commits_of,
     fmt_seeds,
     seed_note,
     seed_rows,
-    table_view,
     timing_mark,
     unfinished_caption,
 )
+from attnbench.views.sources import commits_of
+from attnbench.views.tables import table_view
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     out = []
     for (setting, device), recs in boards(records):
         ok = [r for r in recs if r.status == "ok" and "score" in r.metrics]
-        # a row is a spec over its seeds (attnbench.views.tables.seed_rows); columns other than top-1: its latest seed
+        # a row is a spec over its seeds (attnbench.views.rows.seed_rows); columns other than top-1: its latest seed
         rows_of = {k[4]: rs for k, rs in seed_rows(recs, key=lambda r: r.attention).items()}
         stats = {lab: aggregate(rs) for lab, rs in rows_of.items()}
         scored = [lab for lab, st in stats.items() if st is not None]
