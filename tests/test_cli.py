@@ -1,5 +1,8 @@
 """The CLI end to end: list and check, and their exit codes."""
 
+import subprocess
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -100,10 +103,44 @@ def test_table_shows_the_users_runs_before_the_committed_ones(tmp_path):
     assert bad.exit_code != 0 and "did you mean 'lra'" in bad.output
 
 
-def test_the_list_catalogue_equals_the_live_registry():
-    from attnbench.api import catalog
+def test_list_reads_the_builtins_source_as_the_live_registry_describes_them():
+    from attnbench.api import catalog, registry
 
-    assert catalog.load() == catalog.live(), "attnbench/catalog.json is stale: run `python -m attnbench.api.catalog`"
+    calls = []
+    live_describe = registry.describe
+    try:
+        registry.describe = lambda name: calls.append(name) or live_describe(name)
+        static = catalog.builtins()
+    finally:
+        registry.describe = live_describe
+    assert calls == [], f"described live, not from their source text: {calls}"
+    assert static == catalog.live(), "the static reading of a built-in differs from its live description"
+
+
+def test_list_imports_no_torch():
+    code = ("import sys; from typer.testing import CliRunner; from attnbench.cli.main import app; "
+            "r = CliRunner().invoke(app, ['list', '--format', 'tsv']); "
+            "assert r.exit_code == 0 and 'relu_quadratic' in r.output, r.output; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_a_builtin_the_static_reader_cannot_resolve_is_described_live(tmp_path, monkeypatch):
+    from attnbench.api import catalog, registry
+    from attnbench.attention.linear import LinearAttention
+
+    (tmp_path / "computed_mech.py").write_text(
+        "from attnbench.attention.linear import LinearAttention\n\n"
+        "class Computed(LinearAttention):\n    name = 'computed'\n    paper = ' '.join(['computed', 'paper'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(catalog._NotStatic):
+        catalog._describe_static("computed_mech", "Computed")
+    monkeypatch.setitem(registry.BUILTIN_ATTENTIONS, "computed", "computed_mech:Computed")
+    try:
+        (row,) = [d for d in catalog.builtins() if d["name"] == "computed"]
+    finally:
+        registry._unregister("attention", "computed")
+    assert row["paper"] == "computed paper" and row["impls"] == list(LinearAttention.impls)
 
 
 @pytest.mark.parametrize("args, expect", [(["--help"], "run"), (["run", "--help"], "lra"),

@@ -61,17 +61,14 @@ def _activate_plugins(sources: Optional[list[str]]) -> list:
 def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a terminal, "
                                      "tsv when piped, so `attnbench list | grep NAME` finds whole lines)"),
              live: bool = clikit.flag(False, "--live", help="read the live registry (imports torch and every "
-                                      "mechanism, including plug-ins) instead of the built-in catalogue"),
+                                      "mechanism, including plug-ins) instead of reading the built-ins' source text"),
              plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP)) -> None:
     """Every registered attention: paper, forms, implementations, parameters (and the plug-ins' sources)."""
     import json
 
     if plugin or plugins.configured():
         _activate_plugins(plugin)
-        rows = catalog.load() if not live else None
-        rows = catalog.live() if rows is None else rows + catalog.live(plugins_only=True)
-    else:
-        rows = (None if live else catalog.load()) or catalog.live()
+    rows = catalog.live() if live else catalog.builtins() + catalog.live(plugins_only=True)
     fmt = ("table" if console.is_terminal else "tsv") if fmt == "auto" else fmt
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))

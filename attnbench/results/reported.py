@@ -46,7 +46,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.api import catalog
+from attnbench.api import registry
 from attnbench.core.errors import AttnbenchError
 
 Number = int | float
@@ -111,8 +111,8 @@ class ReportedTable:
 
 # --- loading ---------------------------------------------------------------------------------------------------
 def _mechanisms() -> set[str]:
-    """The registered attention names, from the committed catalog (no torch import)."""
-    return {entry["name"] for entry in catalog.load() or []}
+    """The built-in attention names (no torch import)."""
+    return set(registry.BUILTIN_ATTENTIONS)
 
 
 class _Lines:
