@@ -23,8 +23,11 @@ PINS = {
     ("vision", "imagenet100"): ("vision/imagenet100", "b97005c5399754cf", "b495493f773c12b8"),
     ("vision", "imagenet1k"): ("vision/imagenet1k", "9e7557c943990d49", "78fa36f4cfd4c55c"),
     ("vision", "tiny"): ("vision/tiny", "0217831db188727b", "81a7c518f191c4e9"),
+    ("vision", "tiny-deep"): ("vision/tiny-deep", "08ec59f94a61b4b8", "0f33ffc2ac09e6ed"),
     ("adala", "tiny"): ("adala/tiny", "340a70f345bb0cb3", "a296b05630162796"),
     ("mixa", "tiny"): ("mixa/tiny", "d65bd091ecc80997", "2721e6c00d534155"),
+    # the identity its committed records carry, from when it was a file under results/mixa/presets/
+    ("mixa", "tiny-deep"): ("mixa/tiny-deep", "5804cc6bce8a6fc8", "c8cbd9c2d008e4cb"),
     ("lm", "340m"): ("lm/340m", "d0a2273bd3878054", "37fce1a65163507f"),
     ("lm", "tiny"): ("lm/tiny", "4d2122df75d29eae", "6137f4f5219a63b2"),
     ("scaling", "cpu-default"): ("scaling/cpu-default", None, "f9d5f921cb5e0d5c"),
