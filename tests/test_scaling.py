@@ -304,3 +304,39 @@ def test_cli_exit_code_when_a_point_fails(tmp_path, monkeypatch):
                                  "linear", "--seq", "64,128", "--mode", "fwd", "--shard", "1/1"])
     assert r.exit_code == 1, r.output
     assert "1 failed" in r.output and "linear fwd/bidir N=64 fp32" in r.output
+
+
+# --- the timer ----------------------------------------------------------------------------------------------------
+def test_timing_statistics_are_numpys_linear_quantiles():
+    import numpy as np
+
+    from attnbench.measure.timing import TimingStats
+
+    for times in ([0.5], [3.0, 1.0], [0.013, 0.011, 0.017, 0.012, 0.030, 0.010, 0.0145]):
+        st = TimingStats.of(times, cpu_times=[t / 2 for t in times])
+        want = np.quantile(times, [0.2, 0.25, 0.5, 0.75, 0.8])
+        assert [st.q20, st.q25, st.median, st.q75, st.q80] == pytest.approx(want, rel=1e-12)
+        assert (st.min, st.reps, st.cpu_median) == (min(times), len(times), pytest.approx(np.median(times) / 2))
+        assert st.iqr == pytest.approx(want[3] - want[1])
+
+
+def test_the_cpu_timer_keeps_its_bounds_and_cuda_times_through_triton(monkeypatch):
+    import triton.testing
+
+    from attnbench.measure.timing import time_fn
+
+    calls = []
+    st = time_fn(lambda: calls.append(1), warmup_ms=0, rep_ms=1, min_reps=3, max_reps=7, estimate_s=1.0)
+    assert st.reps == 3 and len(calls) == 3                      # 1 ms of 1 s calls: raised to min_reps
+    st = time_fn(lambda: calls.append(1), warmup_ms=0, rep_ms=1e6, min_reps=3, max_reps=7, estimate_s=1e-6)
+    assert st.reps == 7 and st.cpu_median is not None            # 1000 s of 1 µs calls: capped at max_reps
+    seen = {}
+
+    def fake_do_bench(fn, warmup, rep, return_mode):
+        seen.update(warmup=warmup, rep=rep, mode=return_mode)
+        return [2.0, 1.0, 3.0]                                    # milliseconds, as do_bench returns them
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    st = time_fn(lambda: None, warmup_ms=25, rep_ms=100, cuda=True)
+    assert seen == {"warmup": 25, "rep": 100, "mode": "all"}
+    assert (st.median, st.min, st.reps, st.cpu_median) == (pytest.approx(2e-3), pytest.approx(1e-3), 3, None)

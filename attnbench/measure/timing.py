@@ -1,11 +1,12 @@
-"""What is timed and how: the run's precisions and modes, the timed call (:func:`make_step`), and
-do_bench-style repeated timing (:func:`time_fn`: warm-up, then as many repetitions as fit ``rep_ms``, between
-``min_reps`` and ``max_reps``; median, 20/80 and 25/75 percentiles, IQR)."""
+"""What is timed and how: the run's precisions and modes, the timed call (:func:`make_step`), and repeated
+timing (:func:`time_fn`): Triton's ``do_bench`` on a GPU (CUDA events, the L2 cache flushed before each call); on
+the CPU the same scheme by hand (warm-up, then as many calls as fit ``rep_ms``, between ``min_reps`` and
+``max_reps``), because ``torch.utils.benchmark`` times blocks of calls and gives neither per-call samples within
+those bounds nor their CPU time. Then median, 20/80 and 25/75 percentiles, IQR."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import time
 from typing import Any, Callable
@@ -57,9 +58,11 @@ class TimingStats:
     @classmethod
     def of(cls, times: list[float], cpu_times: list[float] | None = None) -> "TimingStats":
         ts = sorted(times)
-        return cls(median=statistics.median(ts), q20=_quantile(ts, 0.2), q80=_quantile(ts, 0.8),
-                   q25=_quantile(ts, 0.25), q75=_quantile(ts, 0.75), min=ts[0], mean=statistics.fmean(ts),
-                   reps=len(ts), cpu_median=statistics.median(cpu_times) if cpu_times else None)
+        # cut points at 5% steps, linear interpolation between order statistics (numpy's default quantile)
+        cuts = statistics.quantiles(ts, n=20, method="inclusive") if len(ts) > 1 else [ts[0]] * 19
+        return cls(median=statistics.median(ts), q20=cuts[3], q80=cuts[15], q25=cuts[4], q75=cuts[14], min=ts[0],
+                   mean=statistics.fmean(ts), reps=len(ts),
+                   cpu_median=statistics.median(cpu_times) if cpu_times else None)
 
     def as_metrics(self) -> dict[str, float | None]:
         return {"time_median_s": self.median, "time_q20_s": self.q20, "time_q80_s": self.q80,
@@ -67,19 +70,10 @@ class TimingStats:
                 "time_mean_s": self.mean, "reps": self.reps, "cpu_time_median_s": self.cpu_median}
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
-    """Linear-interpolation quantile of an already sorted list."""
-    if len(sorted_xs) == 1:
-        return sorted_xs[0]
-    pos = q * (len(sorted_xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
-
-
 def round_robin(fns: dict, repeats: int, warmup: int = 1) -> dict:
     """Median wall time of each callable, the callables interleaved round by round (standalone benchmark
-    scripts comparing two forms in one run)."""
+    scripts comparing two forms in one run): interleaving is what makes their ratio fair on a machine whose load
+    drifts, and the library timers time one callable at a time."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -93,30 +87,31 @@ def round_robin(fns: dict, repeats: int, warmup: int = 1) -> dict:
 
 
 def time_fn(fn: Callable[[], Any], *, warmup_ms: float = 100.0, rep_ms: float = 1000.0, min_reps: int = 3,
-            max_reps: int = 100, estimate_s: float | None = None, sync: Callable[[], None] | None = None
-            ) -> TimingStats:
-    """Time ``fn`` like ``triton.testing.do_bench``: warm up for ~``warmup_ms``, then repeat for ~``rep_ms``.
+            max_reps: int = 100, estimate_s: float | None = None, cuda: bool = False) -> TimingStats:
+    """Time ``fn``: warm up for about ``warmup_ms``, then repeat for about ``rep_ms``.
 
-    ``estimate_s`` is the duration of one call if already known (else one untimed call measures it); ``sync``
-    is called before reading the clock (``torch.cuda.synchronize`` on a GPU).
+    On CUDA (``cuda``) this is ``triton.testing.do_bench`` (its own estimate and repetition count; no CPU time).
+    On the CPU, ``estimate_s`` is the duration of one call if already known (else one untimed call measures it),
+    and the repetitions are bounded by ``min_reps`` and ``max_reps``.
     """
-    sync = sync or (lambda: None)
+    if cuda:
+        from triton.testing import do_bench
+
+        times_ms = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+        return TimingStats.of([ms / 1e3 for ms in times_ms])
     if estimate_s is None:
         t0 = time.perf_counter()
         fn()
-        sync()
         estimate_s = time.perf_counter() - t0
     est_ms = max(estimate_s * 1e3, 1e-3)
     for _ in range(min(int(warmup_ms / est_ms), 1000)):
         fn()
-    sync()
     n = max(min_reps, min(max_reps, int(rep_ms / est_ms)))
     times, cpu = [], []
     for _ in range(n):
         c0 = time.process_time()
         t0 = time.perf_counter()
         fn()
-        sync()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return TimingStats.of(times, cpu)

@@ -77,7 +77,6 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
     grad = spec.mode == "fwd+bwd"
     shape = (spec.batch, spec.heads, spec.seq_len, spec.head_dim)
     cuda = spec.device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else None
     q, k, v = (torch.randn(shape, device=spec.device, dtype=dtype).requires_grad_(grad) for _ in range(3))
     g = torch.randn(shape, device=spec.device, dtype=dtype) if grad else None
     input_bytes = sum(t.numel() * t.element_size() for t in (q, k, v))
@@ -96,7 +95,7 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
     flops = int(counter.get_total_flops())
     # 3. timing
     stats = time_fn(step, warmup_ms=spec.warmup_ms, rep_ms=spec.rep_ms, min_reps=spec.min_reps,
-                    max_reps=spec.max_reps, estimate_s=first, sync=sync)
+                    max_reps=spec.max_reps, estimate_s=first, cuda=cuda)
     out_bytes = spec.batch * spec.heads * spec.seq_len * spec.head_dim * q.element_size()
     metrics = {**stats.as_metrics(), "first_call_s": first,
                "peak_tensor_bytes": int(meter.peak), "tensor_mem_method": meter.method,
