@@ -1,14 +1,10 @@
-"""A causal language model of delta-rule token mixers: DeltaNet and Gated DeltaNet with any registered q/k
-feature map (SiLU, the published baseline; NaLa, NaLaFormer's Table 5), SwiGLU MLPs and RMSNorm.
+"""A causal language model whose token mixer is chosen by name: Transformer++, RetNet, GLA, Mamba, DeltaNet or
+Gated DeltaNet (the rows of NaLaFormer's Table 5; the mixers in :mod:`attnbench.models.mixers`), with SwiGLU MLPs
+and RMSNorm, pre-norm blocks as flash-linear-attention's models (a Mamba block is norm and mixer only).
 
-The layers follow flash-linear-attention's published ones (``fla/layers/delta_net.py``, ``gated_deltanet.py``;
-``../shared/notes/field.md`` §1.1): q, k, v projections, a short causal depthwise convolution on each (kernel 4),
-the q/k feature map, q/k L2 normalisation, write strength ``beta = sigmoid(b_proj x)``, for Gated DeltaNet the
-log decay ``g = -exp(A_log) softplus(a_proj x + dt_bias)``, the (gated) delta rule of
-:func:`attnbench.ops.delta_rule` (FLA's chunk kernels on a GPU, the exact chunked form on a CPU), a per-head
-RMSNorm of the output (times ``silu(g_proj x)`` when ``use_gate``, FLA's ``FusedRMSNormGated``) and ``o_proj``.
-FLA applies SiLU as the q/k convolution's activation; here the convolution is linear and the *feature map*
-comes after it, so ``feature_map="silu"`` is the same computation and any registered map can replace it.
+The delta-rule layers take any registered q/k feature map (SiLU, the published baseline; NaLa, NaLaFormer's
+Table 5); GLA and RetNet take one optionally (none by default, as FLA's layers); the Transformer takes any causal
+attention mechanism of the registry (softmax by default).
 
 **How a map that doubles the feature size meets the delta rule** (NaLa: ``phi(x)`` has ``2d`` features; the
 paper does not say). Two choices, both options of :class:`LMConfig`:
@@ -25,8 +21,8 @@ paper does not say). Two choices, both options of :class:`LMConfig`:
   unstable unless the map bounds ``||phi(k)||``).
 
 Incremental decoding: ``model(ids, caches=model.init_caches())`` carries each layer's convolution window and
-delta-rule state, so feeding a sequence token by token equals one forward pass over it (tested). Feature maps
-that pool over the sequence (MirrorLA's variance) are not carried token by token.
+recurrent state (the Transformer's keys and values), so feeding a sequence token by token equals one forward pass
+over it (tested). Feature maps that pool over the sequence (MirrorLA's variance) are not carried token by token.
 """
 
 from __future__ import annotations
@@ -39,11 +35,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnbench.api.registry import build_feature_map
 from attnbench.core.errors import AttnbenchError
-from attnbench.ops import delta
+from attnbench.models.mixers import MIXERS
 
-LAYER_KINDS = ("deltanet", "gated_deltanet")
+LAYER_KINDS = tuple(MIXERS)
+DELTA_LAYERS = ("deltanet", "gated_deltanet")
 QK_NORMS = ("l2", "k", "none")
 KEY_WIDTHS = ("double", "match")
 
@@ -51,8 +47,12 @@ KEY_WIDTHS = ("double", "match")
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
     """The model. Names follow FLA's configs (``hidden_size`` -> ``hidden``, ``num_hidden_layers`` -> ``layers``,
-    ``num_heads`` -> ``heads``, the per-head key size ``head_dim``; value heads are ``head_dim * expand_v``).
-    ``intermediate_size = 0`` takes FLA's rule: ``2/3 * hidden * hidden_ratio`` rounded up to a multiple of 256."""
+    ``num_heads`` -> ``heads``, the per-head key size ``head_dim``; value heads are ``head_dim * expand_v``; FLA's
+    GLA / RetNet ``expand_k`` is ``heads * head_dim / hidden``). ``intermediate_size = 0`` takes FLA's rule:
+    ``2/3 * hidden * hidden_ratio`` rounded up to a multiple of 256. ``feature_map`` None is the layer's own
+    (SiLU for the delta rules, none for GLA and RetNet; the Transformer and Mamba have no q/k map). Mamba's
+    ``ssm_state`` (N), ``ssm_expand`` and ``dt_rank`` (0: ``ceil(hidden / 16)``) are FLA's ``state_size``,
+    ``expand`` and ``dt_rank``; the Transformer's mechanism is ``attention`` with ``attention_options``."""
 
     layer: str = "deltanet"
     vocab_size: int = 32000
@@ -69,8 +69,14 @@ class LMConfig:
     tie_embeddings: bool = False
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    feature_map: str = "silu"
+    feature_map: Optional[str] = None
     feature_options: dict = dataclasses.field(default_factory=dict)
+    attention: str = "softmax"
+    attention_options: dict = dataclasses.field(default_factory=dict)
+    rope_theta: float = 10000.0
+    ssm_state: int = 16
+    ssm_expand: int = 2
+    dt_rank: int = 0
     qk_norm: str = "l2"
     key_width: str = "double"
     chunk_size: int = 64
@@ -91,6 +97,29 @@ class LMConfig:
                 bad(f"{k} must be >= 1, got {getattr(self, k)}")
         if self.head_dim * self.expand_v != int(self.head_dim * self.expand_v):
             bad(f"head_dim * expand_v must be an integer, got {self.head_dim} * {self.expand_v}")
+        if self.feature_map and self.layer in ("transformer", "mamba"):
+            bad(f"{self.layer} has no q/k feature map (got feature_map={self.feature_map!r}); the Transformer's "
+                f"mechanism is `attention`")
+        if self.layer == "transformer" and self.heads * self.head_dim != self.hidden:
+            bad(f"transformer needs heads * head_dim == hidden, got {self.heads} * {self.head_dim} != {self.hidden}")
+        for k in ("ssm_state", "ssm_expand"):
+            if getattr(self, k) < 1:
+                bad(f"{k} must be >= 1, got {getattr(self, k)}")
+
+    @property
+    def qk_map(self) -> str:
+        """The q/k feature map the mixer applies ("" for none)."""
+        if self.feature_map is not None:
+            return self.feature_map
+        return "silu" if self.layer in DELTA_LAYERS else ""
+
+    @property
+    def ssm_inner(self) -> int:
+        return self.ssm_expand * self.hidden
+
+    @property
+    def ssm_dt_rank(self) -> int:
+        return self.dt_rank or math.ceil(self.hidden / 16)
 
     @property
     def value_head_dim(self) -> int:
@@ -115,122 +144,6 @@ class LMConfig:
         return cls(**d)
 
 
-def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
-
-
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    # x / sqrt(sum x^2 + eps) with eps 1e-12, not FLA's 1e-6: NaLa's cubed key features have squared norms near
-    # 1e-5 at initialisation, many not far above 1e-6, which would shrink those keys well below unit norm so that
-    # the delta rule barely writes; for SiLU features, whose squared norms are far above both, the two agree
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-12)
-
-
-class ShortConv(nn.Module):
-    """Causal depthwise 1-D convolution over time (FLA's ``ShortConvolution``), with an optional SiLU.
-
-    ``forward(x [B, T, W], prev [B, K-1, W] | None)`` -> ``(y [B, T, W], the last K-1 inputs)``: ``prev`` holds
-    the inputs before ``x`` (zeros at the start), so a sequence fed in pieces equals it fed at once."""
-
-    def __init__(self, width: int, kernel: int, activation: bool):
-        super().__init__()
-        self.conv = nn.Conv1d(width, width, kernel, groups=width, bias=False)
-        self.kernel, self.activation = kernel, activation
-
-    def forward(self, x: torch.Tensor, prev: Optional[torch.Tensor] = None):
-        K = self.kernel
-        if prev is None:
-            prev = x.new_zeros(x.shape[0], K - 1, x.shape[-1])
-        xp = torch.cat([prev.to(x.dtype), x], dim=1)                          # [B, K-1+T, W]
-        y = self.conv(xp.transpose(1, 2)).transpose(1, 2)                     # [B, T, W]
-        return (F.silu(y) if self.activation else y), xp[:, xp.shape[1] - (K - 1):]
-
-
-class DeltaMixer(nn.Module):
-    """One DeltaNet (``cfg.layer == "deltanet"``) or Gated DeltaNet token mixer; see the module docstring."""
-    def __init__(self, cfg: LMConfig):
-        super().__init__()
-        H, C, dv = cfg.heads, cfg.hidden, cfg.value_head_dim
-        self.cfg, self.gated = cfg, cfg.layer == "gated_deltanet"
-        ratio = map_expansion(cfg)
-        if cfg.key_width == "match":
-            if cfg.head_dim % ratio:
-                raise AttnbenchError(f"LM config: key_width='match' needs head_dim ({cfg.head_dim}) divisible by the "
-                                     f"feature map's expansion ({ratio})")
-            self.qk_dim = cfg.head_dim // ratio
-        else:
-            self.qk_dim = cfg.head_dim
-        self.q_proj = nn.Linear(C, H * self.qk_dim, bias=False)
-        self.k_proj = nn.Linear(C, H * self.qk_dim, bias=False)
-        self.v_proj = nn.Linear(C, H * dv, bias=False)
-        self.b_proj = nn.Linear(C, H, bias=False)
-        if self.gated:
-            self.a_proj = nn.Linear(C, H, bias=False)
-            # FLA's initialisation: A ~ U(0, 16); dt log-uniform in [1e-3, 0.1], dt_bias its softplus inverse
-            self.A_log = nn.Parameter(torch.empty(H).uniform_(0, 16).log())
-            dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
-            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
-            for p in (self.A_log, self.dt_bias):
-                p._no_weight_decay = True
-        if cfg.use_short_conv:
-            self.q_conv = ShortConv(H * self.qk_dim, cfg.conv_size, activation=False)  # the map follows
-            self.k_conv = ShortConv(H * self.qk_dim, cfg.conv_size, activation=False)
-            self.v_conv = ShortConv(H * dv, cfg.conv_size, activation=True)
-        self.feature_map = build_feature_map(cfg.feature_map, heads=H, head_dim=self.qk_dim, causal=True,
-                                             **cfg.feature_options)
-        if cfg.use_gate:
-            self.g_proj = nn.Linear(C, H * dv, bias=False)
-        self.o_norm = nn.RMSNorm(dv, eps=cfg.norm_eps)
-        self.o_proj = nn.Linear(H * dv, C, bias=False)
-
-    @property
-    def key_dim(self) -> int:
-        """Features per head the delta rule sees (the state is ``[key_dim, value_head_dim]`` per head)."""
-        return self.feature_map.feature_dim
-
-    def forward(self, x: torch.Tensor, cache: Optional[dict] = None, impl: Optional[str] = None):
-        """``x [B, T, C]`` -> ``[B, T, C]``; with ``cache`` (a dict, empty at the start) also the updated cache."""
-        cfg, H, dv = self.cfg, self.cfg.heads, self.cfg.value_head_dim
-        B, T, _ = x.shape
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        new: dict[str, torch.Tensor] = {}
-        if cfg.use_short_conv:
-            q, new["q"] = self.q_conv(q, None if cache is None else cache.get("q"))
-            k, new["k"] = self.k_conv(k, None if cache is None else cache.get("k"))
-            v, new["v"] = self.v_conv(v, None if cache is None else cache.get("v"))
-        else:
-            v = F.silu(v)
-
-        def heads(t: torch.Tensor, d: int) -> torch.Tensor:
-            return t.reshape(B, T, H, d).transpose(1, 2)                      # [B, H, T, d]
-
-        # the map in fp32 at least (NaLa's powers and angles in bf16 lose the norm-awareness they exist for)
-        fq = self.feature_map.phi_q(_at_least_fp32(heads(q, self.qk_dim)))  # [B, H, T, Dk]
-        fk = self.feature_map.phi_k(_at_least_fp32(heads(k, self.qk_dim)))  # [B, H, T, Dk]
-        if cfg.qk_norm in ("l2",):
-            fq = _l2norm(fq)
-        if cfg.qk_norm in ("l2", "k"):
-            fk = _l2norm(fk)
-        beta = _at_least_fp32(self.b_proj(x)).sigmoid().transpose(1, 2)             # [B, H, T]
-        g = None
-        if self.gated:
-            a = F.softplus(_at_least_fp32(self.a_proj(x)) + self.dt_bias)   # [B, T, H]
-            g = (-_at_least_fp32(self.A_log).exp() * a).transpose(1, 2)      # [B, H, T] log decay
-        vh = heads(v, dv)                                                     # [B, H, T, dv]
-        o, state = delta.delta_rule(fq.to(vh.dtype), fk.to(vh.dtype), vh, beta, g,
-                              initial_state=None if cache is None else cache.get("state"),
-                              output_final_state=cache is not None, impl=impl or cfg.delta_impl,
-                              chunk_size=cfg.chunk_size)                      # [B, H, T, dv]
-        o = self.o_norm(o.transpose(1, 2))                                    # [B, T, H, dv]
-        if cfg.use_gate:
-            o = o * F.silu(self.g_proj(x).reshape(B, T, H, dv))
-        y = self.o_proj(o.reshape(B, T, H * dv))
-        if cache is None:
-            return y
-        new["state"] = state
-        return y, new
-
-
 class SwiGLU(nn.Module):
     """``down(silu(gate x) * up x)`` (FLA's ``GatedMLP`` with ``hidden_act="swish"``)."""
     def __init__(self, hidden: int, size: int):
@@ -244,24 +157,27 @@ class SwiGLU(nn.Module):
 
 
 class LMBlock(nn.Module):
-    """Pre-norm: ``x + mixer(norm x)``, then ``x + mlp(norm x)``."""
+    """Pre-norm: ``x + mixer(norm x)``, then ``x + mlp(norm x)`` (no MLP in a Mamba block)."""
     def __init__(self, cfg: LMConfig):
         super().__init__()
+        mixer, with_mlp = MIXERS[cfg.layer]
         self.attn_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
-        self.attn = DeltaMixer(cfg)
-        self.mlp_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
-        self.mlp = SwiGLU(cfg.hidden, cfg.mlp_size)
+        self.attn = mixer(cfg)
+        if with_mlp:
+            self.mlp_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
+            self.mlp = SwiGLU(cfg.hidden, cfg.mlp_size)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.mlp_norm(x)) if hasattr(self, "mlp") else x
 
     def forward(self, x: torch.Tensor, cache: Optional[dict] = None, impl: Optional[str] = None):
         if cache is None:
-            x = x + self.attn(self.attn_norm(x), impl=impl)
-            return x + self.mlp(self.mlp_norm(x))
+            return self._mlp(x + self.attn(self.attn_norm(x), impl=impl))
         y, cache = self.attn(self.attn_norm(x), cache, impl=impl)
-        x = x + y
-        return x + self.mlp(self.mlp_norm(x)), cache
+        return self._mlp(x + y), cache
 
 
-class DeltaLM(nn.Module):
+class LanguageModel(nn.Module):
     """Embedding, ``cfg.layers`` blocks, final RMSNorm, LM head (tied to the embedding or not).
 
     ``forward(input_ids [B, T])`` -> logits ``[B, T, V]``; ``forward(ids, caches=...)`` -> ``(logits, caches)``
@@ -279,17 +195,23 @@ class DeltaLM(nn.Module):
             self.lm_head.weight = self.embed.weight
 
     def _init_weights(self) -> None:
-        # FLA's _init_weights: N(0, initializer_range) for every linear and the embedding
+        # FLA's _init_weights: N(0, initializer_range) for every linear and the embedding, zero biases; then what
+        # a mixer initialises its own way (Mamba's dt projection), as FLA's _no_reinit parameters
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, mean=0.0, std=self.cfg.init_std)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        for m in self.modules():
+            if hasattr(m, "reset_dt"):
+                m.reset_dt()
 
     def init_caches(self) -> list[dict]:
         return [{} for _ in self.blocks]
 
     def forward(self, input_ids: torch.Tensor, caches: Optional[list[dict]] = None, impl: Optional[str] = None):
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-            raise AttnbenchError(f"DeltaLM: input_ids must be an integer tensor [B, T], got "
+            raise AttnbenchError(f"LanguageModel: input_ids must be an integer tensor [B, T], got "
                                  f"{input_ids.dtype} {tuple(input_ids.shape)}")
         x = self.embed(input_ids)
         if caches is None:
@@ -316,26 +238,13 @@ class DeltaLM(nn.Module):
         return sum(p.numel() for p in self.parameters())  # a tied weight is one Parameter: counted once
 
 
-def key_feature_dim(cfg: LMConfig) -> int:
-    """Per-head size of the key features the delta rule sees (its state's rows): the q/k projection's width per
-    head (``head_dim``, or ``head_dim / expansion`` with ``key_width="match"``) times the map's expansion."""
-    ratio = map_expansion(cfg)
-    return cfg.head_dim if cfg.key_width == "match" else cfg.head_dim * ratio
-
-
-def map_expansion(cfg: LMConfig) -> int:
-    """Features per input dimension of ``cfg.feature_map`` (1 for SiLU, 2 for NaLa), from a trial build."""
-    probe = build_feature_map(cfg.feature_map, heads=1, head_dim=8, causal=True, **cfg.feature_options)
-    return max(1, probe.feature_dim // 8)
-
-
-def build_lm(cfg: LMConfig, device: torch.device | str | None = None) -> DeltaLM:
-    """:class:`DeltaLM` of ``cfg`` (``device="meta"`` instantiates without memory, for counting parameters)."""
+def build_lm(cfg: LMConfig, device: torch.device | str | None = None) -> LanguageModel:
+    """:class:`LanguageModel` of ``cfg`` (``device="meta"`` instantiates without memory, for counting parameters)."""
     if device is None:
-        return DeltaLM(cfg)
+        return LanguageModel(cfg)
     with torch.device(device):
-        return DeltaLM(cfg)
+        return LanguageModel(cfg)
 
 
-__all__ = ["LMConfig", "DeltaLM", "DeltaMixer", "LMBlock", "ShortConv", "SwiGLU", "build_lm", "map_expansion",
-           "LAYER_KINDS", "QK_NORMS", "KEY_WIDTHS"]
+__all__ = ["LMConfig", "LanguageModel", "LMBlock", "SwiGLU", "build_lm", "LAYER_KINDS", "DELTA_LAYERS", "QK_NORMS",
+           "KEY_WIDTHS"]

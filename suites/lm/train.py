@@ -29,7 +29,8 @@ from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, Sweep
 from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
-from attnbench.models.lm import build_lm, key_feature_dim
+from attnbench.models.lm import DELTA_LAYERS, build_lm
+from attnbench.models.mixers import key_feature_dim
 from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
 from attnbench.results.records import point_hash
 from attnbench.results.store import Store
@@ -89,7 +90,8 @@ def plan_cells(pre: LMPreset, variants: Sequence[Variant], *, seed: int | Sequen
     cells = []
     for v, seed in ((va, s) for s in seeds for va in variants):
         params = {"seed": seed, "preset": pre.name, "seq_len": pre.data.seq_len, "steps": pre.train.steps,
-                  "batch_size": pre.train.batch_size, "identity": pre.identity_hash(), "data": corpus_fp}
+                  "batch_size": pre.train.batch_size, "identity": pre.identity_hash(), "data": corpus_fp,
+                  "layer": pre.layer_identity(v.layer)}
         h = point_hash(suite=SUITE, setting=pre.key, task="pretrain", attention=v.label, options=v.options(),
                        params=params, dtype="float32", device=device)
         cells.append(Cell(task="pretrain", attention=v.label, config_hash=h, options=v.options(), params=params,
@@ -141,8 +143,8 @@ def run_cell(cell: Cell, ctx: CellContext, *, corpus: Corpus, pre: LMPreset, dev
         "test_bits_per_byte": test.get("bits_per_byte"), "test_tokens": test["tokens"],
         "val_loss": val["loss"], "val_ppl": val["ppl"], "best_val_loss": st.best_value, "best_step": st.best_step,
         "unigram_entropy": corpus.unigram_entropy(), "first_loss": st.first_loss, "steps_run": st.step,
-        "n_params": result.n_params, "state_per_layer": cfg.heads * mixer.key_dim * cfg.value_head_dim,
-        "key_dim": mixer.key_dim, "model": cfg.to_dict(),
+        "n_params": result.n_params, "state_per_layer": mixer.state_size(),
+        "key_dim": getattr(mixer, "key_dim", None), "model": cfg.to_dict(),
         "train_tokens": st.samples * pre.data.seq_len,
         "train_tokens_per_s": st.samples * pre.data.seq_len / max(st.train_time, 1e-9),
         "train_time_s": st.train_time, "wall_s": result.wall_s, "peak_mem_bytes": peak, "mem_method": mem_method,
@@ -181,7 +183,7 @@ def _check_fla_shapes(pre: LMPreset, variants: Sequence[Variant], device: torch.
 
     for v in variants:
         cfg = pre.model_config(v, 256)
-        if resolve_delta_impl(device, cfg.delta_impl) != "fla":
+        if cfg.layer not in DELTA_LAYERS or resolve_delta_impl(device, cfg.delta_impl) != "fla":
             continue
         if key_feature_dim(cfg) > FLA_MAX_KEY_DIM:
             raise AttnbenchError(f"{pre.path}: {v.label} has key features of {key_feature_dim(cfg)} per head and FLA's "
@@ -217,7 +219,7 @@ def run_lm(*, variants: Sequence[Variant], preset: str | LMPreset, data: Optiona
                 f"{corpus.vocab_size}, unigram entropy {corpus.unigram_entropy():.3f} nats/token[/]")
         cells = plan_cells(pre, variants, seed=seeds, device=device.type, corpus_fp=corpus.fingerprint)
         config = {"preset": pre.name, "variants": [v.label for v in variants], "seeds": seeds, "world_size": dist.world,
-                  **pre.identity()}
+                  **pre.identity(), "layers": {v.layer: pre.layer_identity(v.layer) for v in variants}}
 
         def one(cell: Cell, ctx: CellContext) -> CellResult:
             return run_cell(cell, ctx, corpus=corpus, pre=pre, device=device, work=work, hooks=hooks)
