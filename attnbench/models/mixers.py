@@ -295,6 +295,8 @@ class AttentionMixer(nn.Module):
                                                                                        causal=True)
         self.o_proj = nn.Linear(H * d, C, bias=False)
 
+    state_grows = True  # state_size() is per token
+
     def state_size(self) -> int:
         """Per token: the keys and values a KV cache keeps (the state grows with the length)."""
         return 2 * self.cfg.heads * self.cfg.head_dim

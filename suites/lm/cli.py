@@ -11,14 +11,18 @@ from attnbench.cli.kit import console, fail
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.context import RunOptions
 
-ATTN_HELP = ("LM variants, comma-separated: LAYER[+MAP][:key=value...], LAYER deltanet | gated_deltanet, MAP a "
-             "registered feature map (default silu, the published layers; nala), options qk_norm=l2|k|none, "
-             "key_width=double|match, use_short_conv, conv_size, use_gate, chunk_size, or the map's own (lam, tau)")
+ATTN_HELP = ("LM variants, comma-separated: LAYER[+NAME][:key=value...], LAYER transformer | retnet | gla | mamba | "
+             "deltanet | gated_deltanet; NAME a registered q/k feature map for the delta rules, GLA and RetNet "
+             "(default silu for the delta rules, none for GLA and RetNet; nala), or the Transformer's causal "
+             "attention (default softmax); options qk_norm=l2|k|none, key_width=double|match, use_short_conv, "
+             "conv_size, use_gate, chunk_size, or the map's own (lam, tau)")
+#: every row of NaLaFormer's Table 5
+TABLE_ROWS = "transformer,retnet,mamba,gla,deltanet,deltanet+nala,gated_deltanet,gated_deltanet+nala"
 
 
 @clikit.run_command(suite="lm")
 def run_command(
-    attn: str = typer.Option("deltanet,deltanet+nala,gated_deltanet,gated_deltanet+nala", "--attn", help=ATTN_HELP),
+    attn: str = typer.Option(TABLE_ROWS, "--attn", help=ATTN_HELP),
     preset: str = typer.Option("tiny", "--preset", help="tiny (offline: Python stdlib source, CPU minutes), 340m "
                                "(NaLaFormer Table 5's setting, GPUs), or a .toml path"),
     data: Optional[str] = typer.Option(None, "--data", help="corpus instead of the preset's: local .txt / .jsonl / "
@@ -31,8 +35,8 @@ def run_command(
     no_eval: bool = clikit.flag(False, "--no-eval", help="train only (evaluate later with `attnbench eval lm`)"),
     *, opts: RunOptions,
 ) -> None:
-    """Train DeltaNet / Gated DeltaNet language models with each feature map on the same tokens, then score them
-    with lm-eval (held-out perplexity and multiple choice offline; the paper's tasks where the hub is reachable)."""
+    """Train the language models of NaLaFormer's Table 5 (Transformer++, RetNet, Mamba, GLA, DeltaNet and Gated
+    DeltaNet, with and without NaLa) on the same tokens, then score them with lm-eval (held-out perplexity and multiple choice offline; the paper's tasks where the hub is reachable)."""
     from .config import load_preset, parse_variants
     from .smoke import run_smoke
 

@@ -84,7 +84,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                 continue
             m = r.metrics if r is not None else {}
             row = [label, f"{m['n_params'] / 1e6:.2f} M" if m.get("n_params") else "-",
-                   f"{m['state_per_layer'] / 1e3:.1f} k" if m.get("state_per_layer") else "-",
+                   (f"{m['state_per_layer'] / 1e3:.1f} k" + ("/token" if m.get("state_per_token") else ""))
+                   if m.get("state_per_layer") else "-",
                    fmt_seeds(stats.get(label)) if stats.get(label) is not None else "-",
                    _mean_of(over_seeds.get(label, []), "test_bits_per_byte", 3),
                    f"{m['best_val_loss']:.3f}" if m.get("best_val_loss") else "-",
@@ -106,7 +107,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                f"UTF-8 byte; unigram entropy of the corpus {fm.get('unigram_entropy', float('nan')):.3f} nats/token "
                f"(a model that learned only token frequencies; test loss well below it = the model learned). "
                f"Budget: {fp.get('steps', '?')} steps × batch {fp.get('batch_size', '?')} × {fp.get('seq_len', '?')} "
-               f"tokens; state/layer = heads × key features × value size of the delta-rule state. "
+               f"tokens; state/layer = the numbers one layer carries per sequence: heads × key features × value size for the "
+               f"delta rules, GLA and RetNet, channels × state size for Mamba (the convolution windows aside); a "
+               f"Transformer's KV cache grows with the length (/token). "
                + (f"lm-eval {ev.metrics.get('lm_eval_version', '?')} scores (zero-shot; accuracies in %) of each "
                   f"checkpoint, local tasks over the same held-out documents. " if ev else "No lm-eval records yet "
                   "(attnbench eval lm CHECKPOINT). ")

@@ -144,6 +144,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, corpus: Corpus, pre: LMPreset, dev
         "val_loss": val["loss"], "val_ppl": val["ppl"], "best_val_loss": st.best_value, "best_step": st.best_step,
         "unigram_entropy": corpus.unigram_entropy(), "first_loss": st.first_loss, "steps_run": st.step,
         "n_params": result.n_params, "state_per_layer": mixer.state_size(),
+        "state_per_token": bool(getattr(mixer, "state_grows", False)),
         "key_dim": getattr(mixer, "key_dim", None), "model": cfg.to_dict(),
         "train_tokens": st.samples * pre.data.seq_len,
         "train_tokens_per_s": st.samples * pre.data.seq_len / max(st.train_time, 1e-9),
