@@ -136,3 +136,42 @@ def test_json_output_stays_one_document(tmp_path):
     assert res.exit_code == 0
     (speed,) = json.loads(res.stdout)
     assert speed["title"] == "compare · speed" and speed["rows"][0]["change"] == "+30.0%"
+
+
+# --- the separation line under every leaderboard ------------------------------------------------------------------
+def test_holm_steps_down_like_its_definition():
+    # sorted p: 0.01 <= 0.05/4, 0.015 <= 0.05/3, 0.03 > 0.05/2 stops there; 0.04 is not rejected although < 0.05
+    assert compare.holm([0.03, 0.01, 0.04, 0.015]) == [False, True, False, True]
+    assert compare.holm([]) == [] and compare.holm([0.049]) == [True] and compare.holm([0.051]) == [False]
+
+
+def _records(scores: dict, n_test: int = 2000):
+    from attnbench.results.records import Measurement
+
+    return {a: [Measurement(suite="demo", setting="demo/tiny", task="listops", attention=a, status="ok", seed=i, device="cpu",
+                            metrics={"score": s, "n_test": n_test}, config_hash=f"{a}{i}")
+                for i, s in enumerate(ss)] for a, ss in scores.items()}
+
+
+def test_a_planted_separated_pair_is_counted_and_a_table_of_ties_says_so():
+    score = compare.metric("score")
+    apart = compare.separation(_records({"softmax": [90.0], "linear": [60.0], "nala": [60.5]}), score)
+    assert (apart.separated, apart.pairs) == (2, 3)          # softmax from both; linear and nala 0.5 points apart
+    assert apart.line("listops").startswith("listops: 2 of 3 pairs separated (two-proportion z; Holm-corrected")
+    ties = compare.separation(_records({"softmax": [61.0], "linear": [60.0], "nala": [60.5]}), score)
+    assert ties.separated == 0 and ties.line().endswith("this table does not tell its rows apart.")
+    seeds = compare.separation(_records({"a": [60.0, 60.2, 59.9], "b": [70.1, 69.8, 70.0]}), score)
+    assert (seeds.separated, seeds.tests) == (1, ("Welch t over seeds",))
+    ppl = compare.separation(_records({"a": [12.0], "b": [30.0]}), compare.metric("test_ppl"))
+    assert (ppl.pairs, ppl.untested) == (0, 1) and "no pair of rows can be tested" in ppl.line()
+
+
+def test_every_suites_leaderboard_carries_the_line():
+    from attnbench.suites.lm.leaderboard import measured_tables as lm_tables
+    from attnbench.suites.lra.leaderboard import measured_tables as lra_tables
+    from attnbench.suites.vision.leaderboard import measured_tables as vision_tables
+    from attnbench.views.sources import committed_records
+
+    for suite, tables in (("lra", lra_tables), ("vision", vision_tables), ("lm", lm_tables)):
+        caps = [cap for _, _, _, cap in tables(committed_records(suite), "committed") if "Separation" in cap]
+        assert caps and all("pairs separated" in c or "no pair of rows" in c for c in caps), suite

@@ -264,6 +264,56 @@ def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measur
                       note="‡ timed under load" if loaded else "")
 
 
+# --- does a leaderboard tell its rows apart? ----------------------------------------------------------------------
+def holm(pvalues: list[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down procedure: which of the hypotheses are rejected with a family-wise error rate of ``alpha``.
+    Written here because scipy.stats has none (its ``false_discovery_control`` controls a different rate)."""
+    m = len(pvalues)
+    reject = [False] * m
+    for rank, i in enumerate(sorted(range(m), key=pvalues.__getitem__)):
+        if pvalues[i] > alpha / (m - rank):
+            break
+        reject[i] = True
+    return reject
+
+
+@dataclasses.dataclass(frozen=True)
+class Separation:
+    """How many pairs of a leaderboard's rows differ significantly (compare's test of each pair, Holm-corrected)."""
+
+    separated: int
+    pairs: int                  # pairs that could be tested
+    untested: int               # pairs without noise to test against (one seed and no test-set size)
+    tests: tuple[str, ...]
+
+    def line(self, what: str = "") -> str:
+        where = f"{what}: " if what else ""
+        if self.pairs == 0:
+            return f"{where}no pair of rows can be tested (one seed a row and no test-set size)."
+        text = (f"{self.separated} of {self.pairs} pairs separated ({'; '.join(self.tests)}; Holm-corrected, "
+                f"{ALPHA})" + (f", {self.untested} untestable" if self.untested else ""))
+        return f"{where}{text}" + (": this table does not tell its rows apart." if self.separated == 0 else ".")
+
+
+def separation(rows: dict[str, list[Measurement]], metric: Metric) -> Separation:
+    """Every pair of ``rows`` (a row's records: one per seed) tested as ``compare`` tests a cell's two sides."""
+    labels = sorted(rows)
+    ps, tests, untested = [], set(), 0
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            d = difference(f"{a} vs {b}", metric, rows[a], rows[b])
+            if d is None or d.p is None:
+                untested += 1
+                continue
+            ps.append(d.p)
+            tests.add(d.test.split(" (")[0])
+    return Separation(sum(holm(ps)), len(ps), untested, tuple(sorted(tests)))
+
+
+def metric(key: str) -> Metric:
+    return next(m for m in METRICS if m.key == key)
+
+
 @dataclasses.dataclass
 class Comparison:
     a: Side

@@ -20,6 +20,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of
 from attnbench.views.tables import table_view
+from attnbench.views.compare import metric, separation
 
 
 def _order(r: Measurement) -> tuple:
@@ -79,7 +80,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"(with the teacher's head; mean over seeds). Stage losses (the latest seed's): each stage's training loss, first step→mean of the last "
                f"10, in stage order (1: Eq. 3, 2: Eq. 4, 3: cross-entropy). FLOPs per image by torch.utils.flop_counter; inference "
                f"images/s and the peak memory of one forward at batch {fm.get('mem_batch', '?')} (CPU: tensor bytes "
-               f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.{seed_note(stats)}")
+               f"alive at once) on the machine that ran the cell. Commit {', '.join(commits)}.{seed_note(stats)} "
+               + separation({f"{rs[-1].attention} {i}": rs for i, rs in enumerate(over_seeds)}, metric("score"))
+               .line("Separation (top-1)"))
         title = board_title("adala", setting, device, recs)
         if not ok:
             cap = unfinished_caption(source_label, recs)

@@ -22,6 +22,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of, latest
 from attnbench.views.tables import table_view
+from attnbench.views.compare import metric, separation
 
 # the lm-eval (task, metric) behind each column, as in FLA's README evaluation and NaLaFormer's Table 5
 COLUMNS = (("Wiki. ppl↓", "wikitext", "word_perplexity"), ("LMB. ppl↓", "lambada_openai", "perplexity"),
@@ -115,7 +116,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                   "(attnbench eval lm CHECKPOINT). ")
                + f"Test ppl and bits/byte: means over seeds; the other columns: the latest seed's cell. Throughput "
                f"from whatever machine ran the cells. Commit {', '.join(commits)}."
-               + seed_note(stats.values(), proportion=False))
+               + seed_note(stats.values(), proportion=False) + " "
+               + separation(over_seeds, metric("test_ppl")).line("Separation (test ppl)"))
         title = board_title("lm", setting, device, every)
         if first is None:
             cap = unfinished_caption(source_label, every)

@@ -20,6 +20,7 @@ from attnbench.results.stats import above_rate_p, two_proportion_p, wilson_inter
 from attnbench.views.rows import aggregate, board_title, boards, fmt_seeds, seed_note, seed_rows, timing_mark
 from attnbench.views.sources import commits_of, committed_records, latest, machine_of
 from attnbench.views.tables import table_view
+from attnbench.views.compare import metric, separation
 
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
 BASELINE = "softmax"
@@ -167,7 +168,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"The majority-class row "
                f"predicts the most frequent training class; the first-operator row (ListOps) predicts the most "
                f"frequent training answer of the outermost operator. Commit {', '.join(commits)}; "
-               f"{dates[0] if len(dates) == 1 else '..'.join(dates[::max(1, len(dates) - 1)])}.")
+               f"{dates[0] if len(dates) == 1 else '..'.join(dates[::max(1, len(dates) - 1)])}. Separation, "
+               f"per task: " + " ".join(separation({lab: by.get((lab, t), []) for lab in labels}, metric("score"))
+                                        .line(t) for t in tasks))
         out.append((title, ["attention", "impl", *tasks, f"avg ({len(tasks)})"], rows, cap))
 
         eff_rows = []

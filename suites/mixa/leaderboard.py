@@ -20,6 +20,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of, latest
 from attnbench.views.tables import table_view
+from attnbench.views.compare import metric, separation
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
 
@@ -122,7 +123,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"different from it (p ≥ 0.05): no gain or loss shown (several seeds: the mean of the seeds' Δ). FLOPs, throughput, memory and "
                f"wall: the latest seed's cell.{seed_note(stats.values())} FLOPs per image by torch.utils.flop_counter; "
                f"infer mem: tensor bytes of one forward at {fm.get('infer_batch', '?')} images (CUDA: allocator "
-               f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}.")
+               f"peak); train mem: {fm.get('mem_method', '?')}. Commit {', '.join(commits)}. "
+               + separation(rows_of, metric("score")).line("Separation (top-1)"))
         if not any(r.status == "ok" for r in recs):
             cap = unfinished_caption(source_label, recs)
         out.append((board_title("mixa", setting, f"{device} · k = {k}", recs),

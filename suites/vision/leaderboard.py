@@ -23,6 +23,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of
 from attnbench.views.tables import table_view
+from attnbench.views.compare import metric, separation
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
@@ -72,7 +73,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"{fm.get('tokens', '?')} tokens" + (f", block options {fp.get('block_options')}"
                                                     if fp.get("block_options") else "")
                + f". Top-5: mean over seeds; throughput, memory and wall: the latest seed's cell, from whatever "
-               f"machine ran it. Commit {', '.join(commits)}.{seed_note(stats.values())}")
+               f"machine ran it. Commit {', '.join(commits)}.{seed_note(stats.values())} "
+               + separation(rows_of, metric("score")).line("Separation (top-1)"))
         if not ok:
             cap = unfinished_caption(source_label, recs)
         title = board_title("vision", setting, device, recs)
