@@ -27,8 +27,8 @@ tests prove those in float32 and float16) or speed.
 The full check compiles every tile the wrappers can choose (all feature / value / chunk sizes, three dtypes, the
 constexpr flags attnbench launches and all of them on; every flag combination at the presets' shapes) and FLA
 at every LM preset: about two thousand compiles per arch, which takes hours on two busy cores; ``quick`` takes
-two preset shapes per kernel and dtype and FLA's DeltaNet and Gated DeltaNet at the 340M presets (about a hundred
-compiles per arch, minutes).
+two preset shapes per kernel and dtype and FLA's DeltaNet, Gated DeltaNet, GLA and retention kernels at the 340M
+presets (a few hundred compiles per arch, minutes).
 
     results = check(arch=90, quick=False, fla=True)      # list[Result]
     print_table(results, arch=90)                        # rich table; returns the number of failures
@@ -73,15 +73,19 @@ _NS_SIZES = (16, 32, 64, 128)                   # Newton-Schulz: m <= 128, padde
 # the widest (NaLa at d = 128: M = 256, where float32 and float16 split M over programs, see linear_attn._tiles).
 _PRESET_LINEAR = ((32, 16), (64, 32), (64, 64), (128, 64), (128, 128), (256, 128))
 _QUICK_LINEAR = ((128, 64), (256, 128))
-# FLA's chunk kernels at the LM presets (suites/lm/presets/*.toml): (label, gated, K, V) per head, both with the
-# baseline key width and with NaLa's key_width="double" (K = 2 head_dim). The 340m Gated DeltaNet with NaLa at
-# key_width="double" (K = 512) is past FLA's limit of 256: the LM suite refuses it on CUDA before any work
-# (suites/lm/train.py), so FLA only ever sees it at key_width="match" (K = 256).
-_FLA_SHAPES = (("340m deltanet", False, 128, 128), ("340m deltanet nala", False, 256, 128),
-               ("340m gdn", True, 256, 512), ("340m gdn nala, key_width=match", True, 256, 512),
-               ("tiny deltanet", False, 64, 64), ("tiny deltanet nala", False, 128, 64),
-               ("tiny gdn", True, 96, 192), ("tiny gdn nala", True, 192, 192))
-_QUICK_FLA = (("340m deltanet nala", False, 256, 128), ("340m gdn", True, 256, 512))   # both LM ops at K = 256
+# FLA's chunk kernels at the LM presets (suites/lm/presets/*.toml): (label, op, K, V) per head. The delta rules
+# both with the baseline key width and with NaLa's key_width="double" (K = 2 head_dim); the 340m Gated DeltaNet
+# with NaLa at key_width="double" (K = 512) is past FLA's limit of 256: the LM suite refuses it on CUDA before any
+# work (suites/lm/train.py), so FLA only ever sees it at key_width="match" (K = 256). GLA (chunk_gla, a decay per
+# key feature) and RetNet (chunk_simple_gla, one per head) at their presets' heads.
+_FLA_SHAPES = (("340m deltanet", "delta", 128, 128), ("340m deltanet nala", "delta", 256, 128),
+               ("340m gdn", "gated_delta", 256, 512), ("340m gdn nala, key_width=match", "gated_delta", 256, 512),
+               ("340m gla", "gla", 128, 256), ("340m retnet", "simple_gla", 128, 256),
+               ("tiny deltanet", "delta", 64, 64), ("tiny deltanet nala", "delta", 128, 64),
+               ("tiny gdn", "gated_delta", 96, 192), ("tiny gdn nala", "gated_delta", 192, 192),
+               ("tiny gla", "gla", 32, 64), ("tiny retnet", "simple_gla", 64, 128))
+_QUICK_FLA = (("340m deltanet nala", "delta", 256, 128), ("340m gdn", "gated_delta", 256, 512),
+              ("340m gla", "gla", 128, 256), ("340m retnet", "simple_gla", 128, 256))   # each LM op, at 340m
 _FLA_T = 2048   # tokens per sequence (the 340M preset's context); FLA's heuristics look at T
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -343,9 +347,10 @@ def _fla_as_if_on(arch: int) -> Iterator[None]:
 
 
 def _fla_launches(arch: int, quick: bool) -> tuple[list[_Launch], list[str]]:
-    """FLA's chunk kernels as attnbench calls them (``attnbench.ops.delta._delta_rule_fla``: ``[B, T, H, D]``,
-    ``chunk_delta_rule`` / ``chunk_gated_delta_rule``, forward and backward), at the LM presets' head sizes.
-    Returns the launches and one line per shape FLA's Python refuses (with its reason)."""
+    """FLA's chunk kernels as attnbench calls them (``attnbench.ops.delta._delta_rule_fla`` and
+    ``attnbench.ops.gla._gla_fla``: ``[B, T, H, D]``; ``chunk_delta_rule``, ``chunk_gated_delta_rule``,
+    ``chunk_gla``, ``chunk_simple_gla``, forward and backward), at the LM presets' head sizes. Returns the launches
+    and one line per shape FLA's Python refuses (with its reason)."""
     launches, refused = [], []
     dtypes = {"bf16": torch.bfloat16} if quick else {"bf16": torch.bfloat16, "fp16": torch.float16}
     import warnings
@@ -355,29 +360,33 @@ def _fla_launches(arch: int, quick: bool) -> tuple[list[_Launch], list[str]]:
             warnings.simplefilter("ignore")
             from fla.ops.delta_rule import chunk_delta_rule
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+            from fla.ops.gla import chunk_gla
+            from fla.ops.simple_gla import chunk_simple_gla
         # training: no state, forward and backward; incremental decoding (the LM's caches): a state in and out,
         # forward only
-        for label, gated, K, V in (_QUICK_FLA if quick else _FLA_SHAPES):
+        for label, op, K, V in (_QUICK_FLA if quick else _FLA_SHAPES):
             for dname, dt in dtypes.items():
                 for state in ((False,) if quick else (False, True)):
                     H, grad = 2, not state
                     q, k = _meta(1, _FLA_T, H, K, dtype=dt, grad=grad), _meta(1, _FLA_T, H, K, dtype=dt, grad=grad)
                     v = _meta(1, _FLA_T, H, V, dtype=dt, grad=grad)
                     beta = _meta(1, _FLA_T, H, dtype=dt, grad=grad)
-                    g = _meta(1, _FLA_T, H, dtype=torch.float32, grad=grad)
-                    kw = dict(chunk_size=64, initial_state=_meta(1, H, K, V) if state else None,
-                              output_final_state=state)
+                    g = _meta(*((1, _FLA_T, H, K) if op == "gla" else (1, _FLA_T, H)), dtype=torch.float32, grad=grad)
+                    kw = dict(initial_state=_meta(1, H, K, V) if state else None, output_final_state=state)
                     where = f"{dname} {label} K={K} V={V} chunk=64" + (" state" if state else "")
-                    if gated:
-                        call = lambda: chunk_gated_delta_rule(q, k, v, g, beta, **kw)  # noqa: E731
-                    else:
-                        call = lambda: chunk_delta_rule(q, k, v, beta, **kw)  # noqa: E731
+                    call, inputs = {
+                        "delta": (lambda: chunk_delta_rule(q, k, v, beta, chunk_size=64, **kw), [q, k, v, beta]),
+                        "gated_delta": (lambda: chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, **kw),
+                                        [q, k, v, beta, g]),
+                        "gla": (lambda: chunk_gla(q, k, v, g, **kw), [q, k, v, g]),
+                        "simple_gla": (lambda: chunk_simple_gla(q, k, v, g, **kw), [q, k, v, g]),
+                    }[op]
                     try:
                         with _intercept() as got:
                             if state:
                                 call()
                             else:
-                                _run_fwd_bwd(call, [q, k, v, beta] + ([g] if gated else []))
+                                _run_fwd_bwd(call, inputs)
                     except Exception as e:  # noqa: BLE001 - FLA's own checks (e.g. head size limits) are findings
                         refused.append(f"{where}: FLA refuses: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                         continue
