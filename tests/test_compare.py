@@ -162,6 +162,9 @@ def test_a_planted_separated_pair_is_counted_and_a_table_of_ties_says_so():
     assert ties.separated == 0 and ties.line().endswith("this table does not tell its rows apart.")
     seeds = compare.separation(_records({"a": [60.0, 60.2, 59.9], "b": [70.1, 69.8, 70.0]}), score)
     assert (seeds.separated, seeds.tests) == (1, ("Welch t over seeds",))
+    # seeds without spread (one model evaluated at every seed) are tested against the test set, not called apart
+    flat = compare.separation(_records({"teacher": [94.8] * 3, "student": [96.3] * 3}, n_test=270), score)
+    assert (flat.separated, flat.tests) == (0, ("two-proportion z",))
     ppl = compare.separation(_records({"a": [12.0], "b": [30.0]}), compare.metric("test_ppl"))
     assert (ppl.pairs, ppl.untested) == (0, 1) and "no pair of rows can be tested" in ppl.line()
 

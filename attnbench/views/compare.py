@@ -228,7 +228,8 @@ def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measur
         nb = [int(r.metrics["n_test"]) for r in rb if isinstance(r.metrics.get("n_test"), (int, float))]
         if not na or not nb:
             return None  # a score that is not a proportion of a test set (e.g. a perplexity): see test_ppl
-        if len(a) >= 2 and len(b) >= 2:
+        # seeds that all agree (e.g. one model evaluated at every seed) say nothing of the noise: the test set does
+        if len(a) >= 2 and len(b) >= 2 and statistics.variance(a) + statistics.variance(b) > 0:
             p, test = welch_p(a, b), f"Welch t over seeds ({len(a)} vs {len(b)})"
             se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
         else:
