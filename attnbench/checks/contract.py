@@ -33,6 +33,7 @@ from typing import Callable, Optional
 import torch
 
 from attnbench.api import registry
+from attnbench.api.spec import Spec
 from attnbench.core.errors import AttnbenchError, UnsupportedError
 from attnbench.checks.tolerance import compare
 from attnbench.checks.verify import CHECK_LENGTHS, Verdict, agreement, runnable_impls, verify
@@ -67,7 +68,7 @@ def _qkv(b: int, n: int, dtype: torch.dtype, seed: int = 1, dv: int = D):
 
 def _make(name: str, causal: bool, n: int, dtype: torch.dtype = torch.float64, impl: str = "auto"):
     torch.manual_seed(0)
-    return registry.build_for_length(name, seq_len=n, heads=H, head_dim=D, causal=causal, impl=impl).to(dtype)
+    return Spec.make(name).build(seq_len=n, heads=H, head_dim=D, causal=causal, impl=impl).to(dtype)
 
 
 def _same64(a: torch.Tensor, b: torch.Tensor, what: str) -> Optional[str]:
@@ -219,8 +220,8 @@ def options_match_fp64(name: str, causal: bool, n: int = 41) -> Optional[str]:
         for impl in cpu_impls(name, causal):
             try:
                 torch.manual_seed(0)
-                attn = registry.build_for_length(name, seq_len=n, heads=H, head_dim=D, causal=causal, impl=impl,
-                                                 **{option: value}).double()
+                attn = Spec.make(name, {option: value}).build(seq_len=n, heads=H, head_dim=D, causal=causal,
+                                                              impl=impl).double()
             except (AttnbenchError, ValueError, TypeError):
                 break  # the mechanism refuses this value: nothing to hold its forms to
             _moved_parameters(attn)

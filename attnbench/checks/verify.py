@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from attnbench.api import registry
+from attnbench.api.spec import Spec
 from attnbench.attention.base import triton_usable
 from attnbench.checks.tolerance import MULTIPLE, Agreement, compare, floor_for
 from attnbench.core.protocol import AttnbenchError, UnsupportedError
@@ -157,8 +158,8 @@ def verify(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dty
     device = "cuda" if impl in cls.gpu_only_impls and torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     try:
-        module = registry.build_for_length(name, seq_len=seq_len, heads=heads, head_dim=head_dim,
-                                           causal=causal, impl=impl).to(device=device, dtype=dtype)
+        module = Spec.make(name).build(seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal,
+                                       impl=impl).to(device=device, dtype=dtype)
         gen = torch.Generator().manual_seed(seed)
         qkv = [torch.randn(batch, heads, seq_len, head_dim, generator=gen, dtype=torch.float64).to(device)
                for _ in range(3)]
@@ -180,8 +181,8 @@ def verify_resolved(name: str, *, heads: int, head_dim: int, causal: bool, dtype
     with respect to q, k, v and every parameter, under the tolerance policy (``floor``, if given, replaces the
     dtype's floor). A failure's ``detail`` names the tensor, the length and the form. Raises
     :class:`UnsupportedError` if the mechanism cannot be built this way (a point that is not timed either)."""
-    module = registry.build_for_length(name, seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal,
-                                       impl=impl, **(options or {})).to(device)
+    module = Spec.make(name, options).build(seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal,
+                                            impl=impl).to(device)
     resolved = module.resolve_impl(device)
     gen = torch.Generator().manual_seed(seed)
     shape = (batch, heads, seq_len, head_dim)

@@ -258,7 +258,8 @@ class GLAMixer(nn.Module):
             v, new["v"] = self.v_conv(v, _cached(cache, "v"))
         q, k, v = _heads(q, H), _heads(k, H), _heads(v, H)
         if self.feature_map is not None:
-            q, k = self.feature_map.phi_q(_at_least_fp32(q)).to(v.dtype), self.feature_map.phi_k(_at_least_fp32(k)).to(v.dtype)
+            q = self.feature_map.phi_q(_at_least_fp32(q)).to(v.dtype)
+            k = self.feature_map.phi_k(_at_least_fp32(k)).to(v.dtype)
         start = _cached(cache, "pos") or 0
         B, _, T, _ = v.shape
         if self.retention:

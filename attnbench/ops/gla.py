@@ -31,7 +31,8 @@ import difflib
 import torch
 import torch.nn.functional as F
 
-from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
+from attnbench.core.protocol import (FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe,
+                                     validate_tensors)
 
 GLA_IMPLS = ("auto", "recurrent", "torch", "fla")
 
@@ -57,7 +58,8 @@ def _check_inputs(q, k, v, g, initial_state, chunk_size) -> None:
     validate_tensors(q, k, v, name=name)
     B, H, N, Dk = q.shape
     if tuple(k.shape) != tuple(q.shape):
-        raise ShapeError(f"{name}: argument 'k' must match q's shape {tuple(q.shape)} [B, H, N, Dk], got {_describe(k)}")
+        raise ShapeError(f"{name}: argument 'k' must match q's shape {tuple(q.shape)} [B, H, N, Dk], "
+                         f"got {_describe(k)}")
     if tuple(v.shape[:3]) != (B, H, N):
         raise ShapeError(f"{name}: argument 'v' must be [B={B}, H={H}, N={N}, Dv], got {_describe(v)}")
     if not isinstance(g, torch.Tensor) or tuple(g.shape) not in ((B, H, N), (B, H, N, Dk)):

@@ -1,11 +1,11 @@
 """``attnbench report``: one self-contained page of every suite's results, to send or to paste into a pull request.
 
 The page renders what ``attnbench table`` prints and nothing else: for each registered suite, the tables its view
-builds (:func:`attnbench.views.tables.source_tables` of every :func:`attnbench.views.sources.load_sources` source: the user's
-store and the committed reference results), the view's extra tables (a paper's reported numbers, labelled as
-such), the view's plots (:attr:`attnbench.views.tables.View.plot`, drawn afresh) and the figures records name
-(``metrics["figure"]``, e.g. a check's figure beside its verdict), and under each measured table its provenance:
-the machine with its measured fp32 matmul GFLOP/s, commits with their dirty flag, threads, package versions.
+builds (:func:`attnbench.views.tables.source_tables` of every :func:`attnbench.views.sources.load_sources` source:
+the user's store and the committed reference results), the view's extra tables (a paper's reported numbers, labelled
+as such), the view's plots (:attr:`attnbench.views.tables.View.plot`, drawn afresh) and the figures records name
+(``metrics["figure"]``, e.g. a check's figure beside its verdict), and under each measured table its provenance: the
+machine with its measured fp32 matmul GFLOP/s, commits with their dirty flag, threads, package versions.
 
 Two formats. ``html``: one file that opens with no network (figures inline as base64 PNG, CSS and a few lines of
 sorting script inline, system fonts), readable printed and on a narrow screen. ``md``: the same as GitHub

@@ -36,7 +36,8 @@ def run_command(
     *, opts: RunOptions,
 ) -> None:
     """Train the language models of NaLaFormer's Table 5 (Transformer++, RetNet, Mamba, GLA, DeltaNet and Gated
-    DeltaNet, with and without NaLa) on the same tokens, then score them with lm-eval (held-out perplexity and multiple choice offline; the paper's tasks where the hub is reachable)."""
+    DeltaNet, with and without NaLa) on the same tokens, then score them with lm-eval (held-out perplexity and
+    multiple choice offline; the paper's tasks where the hub is reachable)."""
     from .config import load_preset, parse_variants
     from .smoke import run_smoke
 

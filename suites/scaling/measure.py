@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attnbench.api import registry
+from attnbench.api.spec import Spec
 from attnbench.measure.flops import flop_counter
 from attnbench.measure.memory import TensorMemory, timed_first_call
 from attnbench.measure.timing import MODES, make_step, parse_dtype, time_fn
@@ -70,9 +70,9 @@ def measure_point(spec: PointSpec) -> dict[str, Any]:
     if not check.ok:
         return {"status": "incorrect", "impl": check.impl, "metrics": check.as_metrics(), "error": check.detail}
 
-    module = registry.build_for_length(spec.attention, seq_len=spec.seq_len, heads=spec.heads,
-                                       head_dim=spec.head_dim, causal=spec.causal, impl=spec.impl,
-                                       **spec.options).to(spec.device)
+    module = Spec.make(spec.attention, spec.options).build(seq_len=spec.seq_len, heads=spec.heads,
+                                                           head_dim=spec.head_dim, causal=spec.causal,
+                                                           impl=spec.impl).to(spec.device)
     impl = module.resolve_impl(spec.device)
     grad = spec.mode == "fwd+bwd"
     shape = (spec.batch, spec.heads, spec.seq_len, spec.head_dim)

@@ -34,7 +34,7 @@ import warnings
 from typing import Any, Iterable
 
 from attnbench.api import registry
-from attnbench.api.spec import AttentionSpec, as_specs, label_of
+from attnbench.api.spec import AttentionSpec, Spec, as_specs, label_of
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.context import RunContext, RunOptions
 from attnbench.engine.smoke import fmt_duration, smoke_dirs
@@ -422,8 +422,8 @@ def flop_exponent(p: Point, plan: ScalingPlan) -> float:
     counts = []
     n = max(plan.preset.check.seq_len, 16)
     for length in (n, 2 * n):
-        module = registry.build_for_length(p.attention, seq_len=length, heads=plan.preset.heads,
-                                           head_dim=plan.preset.head_dim, causal=p.causal, **p.options)
+        module = Spec.make(p.attention, p.options).build(seq_len=length, heads=plan.preset.heads,
+                                                         head_dim=plan.preset.head_dim, causal=p.causal)
         grad = p.mode == "fwd+bwd"
         shape = (1, plan.preset.heads, length, plan.preset.head_dim)
         q, k, v = (torch.randn(shape).requires_grad_(grad) for _ in range(3))
