@@ -52,12 +52,16 @@ def _studies(recs: list[Measurement]) -> list[list[Measurement]]:
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     groups: dict[tuple, list[Measurement]] = {}
+    # a preset edited since a run is another configuration: its records get a table of their own, not hidden
     for r in latest(records, preferred=("ok",)):
-        groups.setdefault((r.setting, r.device, r.params.get("k")), []).append(r)
+        groups.setdefault((r.setting, r.device, r.params.get("k"), r.params.get("identity")), []).append(r)
+    identities: dict[tuple, int] = {}
+    for setting, device, k, _ in groups:
+        identities[(setting, device, k)] = identities.get((setting, device, k), 0) + 1
     studies = [(key, study) for key, recs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))
                for study in _studies(recs)]
     out = []
-    for (setting, device, k), recs in studies:
+    for (setting, device, k, identity), recs in studies:
         rows = []
         # a row is a variant over its seeds (attnbench.views.rows.seed_rows); its teacher (a run seed trains its own)
         # and selected layers may differ by seed
@@ -127,7 +131,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                + separation(rows_of, metric("score")).line("Separation (top-1)"))
         if not any(r.status == "ok" for r in recs):
             cap = unfinished_caption(source_label, recs)
-        out.append((board_title("mixa", setting, f"{device} · k = {k}", recs),
+        preset = f" · preset {str(identity)[:8]}" if identities[(setting, device, k)] > 1 else ""
+        out.append((board_title("mixa", setting, f"{device} · k = {k}{preset}", recs),
                     ["variant", "quadratic layers", "top-1", "Δ teacher", "FLOPs/img", "train img/s",
                      "infer img/s", "infer mem", "train mem", "wall"], rows, cap))
     return out
