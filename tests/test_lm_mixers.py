@@ -40,6 +40,18 @@ def close(a, b, what, rel=REL):
     assert err <= rel * scale_of(b), f"{what}: max error {err:.3e} (scale {scale_of(b):.3e})"
 
 
+def same_as_theirs(mine, theirs, x: torch.Tensor, what: str) -> None:
+    """``mine(x)`` equals ``theirs(x)[0]`` (an FLA layer returns a tuple), and so does the gradient of a fixed
+    functional of the output with respect to ``x``."""
+    y_theirs = theirs(x)[0]
+    weight = y_theirs.detach().sin()
+    (g_theirs,) = torch.autograd.grad((y_theirs * weight).sum(), x)
+    y_mine = mine(x)
+    (g_mine,) = torch.autograd.grad((y_mine * weight).sum(), x)
+    close(y_mine, y_theirs, f"{what} forward")
+    close(g_mine, g_theirs, f"{what} input gradient")
+
+
 def test_every_layer_kind_has_its_small_config():
     assert sorted(SMALL) == sorted(LAYER_KINDS)
 
@@ -91,13 +103,7 @@ def test_the_mamba_mixer_is_flas_layer():
     mapped = {"conv.conv.weight": state["conv1d.weight"], "conv.conv.bias": state["conv1d.bias"],
               **{k: v for k, v in state.items() if not k.startswith("conv1d")}}
     assert mine.load_state_dict(mapped, strict=True)
-    x = torch.randn(2, 17, 24, dtype=torch.float64, requires_grad=True)
-    y_theirs = theirs(x)[0]
-    (g_theirs,) = torch.autograd.grad((y_theirs * y_theirs.detach().sin()).sum(), x)
-    y_mine = mine(x)
-    (g_mine,) = torch.autograd.grad((y_mine * y_theirs.detach().sin()).sum(), x)
-    close(y_mine, y_theirs, "mamba forward")
-    close(g_mine, g_theirs, "mamba input gradient")
+    same_as_theirs(mine, theirs, torch.randn(2, 17, 24, dtype=torch.float64, requires_grad=True), "mamba")
 
 
 def test_rotary_is_flas_reference():
@@ -201,10 +207,4 @@ def test_the_gla_mixer_is_flas_layer(monkeypatch):
     state = theirs.state_dict()
     assert mine.load_state_dict({("o_norm.weight" if k == "g_norm.weight" else k): v for k, v in state.items()},
                                 strict=True)
-    x = torch.randn(2, 19, 32, dtype=torch.float64, requires_grad=True)
-    y_theirs = theirs(x)[0]
-    (g_theirs,) = torch.autograd.grad((y_theirs * y_theirs.detach().cos()).sum(), x)
-    y_mine = mine(x)
-    (g_mine,) = torch.autograd.grad((y_mine * y_theirs.detach().cos()).sum(), x)
-    close(y_mine, y_theirs, "gla forward")
-    close(g_mine, g_theirs, "gla input gradient")
+    same_as_theirs(mine, theirs, torch.randn(2, 19, 32, dtype=torch.float64, requires_grad=True), "gla")

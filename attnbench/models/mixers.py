@@ -268,6 +268,8 @@ class GLAMixer(nn.Module):
         else:
             g = F.logsigmoid(_at_least_fp32(self.gk_proj(x))) / GLA_GATE_NORMALIZER
             g = _heads(g, H)                                                  # [B, H, T, dk]
+        # the recurrent forms share the delta rule's impl setting; the CPU chunked form keeps a [C, C, Dk] decay
+        # tensor per chunk, so its chunks stay at 16 tokens whatever the delta rule's chunk size
         o, state = gated_linear_attention(q, k, v, g, initial_state=_cached(cache, "state"),
                                           output_final_state=cache is not None, impl=impl or cfg.delta_impl,
                                           chunk_size=min(cfg.chunk_size, 16))

@@ -36,7 +36,6 @@ v's dtype; the final state in that compute dtype (float32 for FLA, as FLA return
 
 from __future__ import annotations
 
-import difflib
 import functools
 import numbers
 
@@ -44,10 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.ops.elementwise import exp_floored
+from attnbench.ops.forms import IMPLS, compute_dtype, resolve_impl
 from attnbench.ops.threads import one_thread
-from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe, validate_tensors
+from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnsupportedError, _describe, validate_tensors
 
-DELTA_IMPLS = ("auto", "recurrent", "torch", "fla")
+DELTA_IMPLS = IMPLS
 FLA_CHUNK_SIZES = (16, 32, 64)
 FLA_MAX_KEY_DIM = 256   # FLA's chunk kernels refuse larger key heads ("head dimension larger than 256")
 
@@ -57,23 +57,8 @@ FLA_MAX_KEY_DIM = 256   # FLA's chunk kernels refuse larger key heads ("head dim
 # ----------------------------------------------------------------------------------------------------------
 
 def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
-    """The concrete form ``impl`` names on ``device``: ``"auto"`` is ``"fla"`` on CUDA and ``"torch"`` elsewhere.
-
-    Raises :class:`UnknownNameError` for an unknown name and :class:`UnsupportedError` for ``"fla"`` off CUDA
-    (FLA's chunk kernels need a GPU; nothing falls back silently).
-    """
-    if not isinstance(impl, str) or impl not in DELTA_IMPLS:
-        close = difflib.get_close_matches(str(impl), DELTA_IMPLS, n=2, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownNameError(f"delta_rule: unknown impl {impl!r}{hint} (choose from {', '.join(DELTA_IMPLS)})")
-    dev = torch.device(device)
-    if impl == "auto":
-        return "fla" if dev.type == "cuda" else "torch"
-    if impl == "fla" and dev.type != "cuda":
-        raise UnsupportedError(
-            f"delta_rule: impl='fla' needs a CUDA device (FLA's chunk kernels do not run on {dev.type!r}); "
-            f"use impl='torch' (exact chunked PyTorch form) or impl='recurrent' (token-by-token reference)")
-    return impl
+    """The concrete form ``impl`` names on ``device`` (:func:`attnbench.ops.forms.resolve_impl`)."""
+    return resolve_impl("delta_rule", device, impl)
 
 
 def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:
@@ -128,10 +113,6 @@ def _upper_mask(C: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
     return torch.ones(C, C, dtype=torch.bool, device=device).triu().to(dtype)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 # ----------------------------------------------------------------------------------------------------------
 # reference: one token at a time
 # ----------------------------------------------------------------------------------------------------------
@@ -149,7 +130,7 @@ def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
     _check_inputs(q, k, v, beta, g, scale, initial_state)
     B, H, N, Dk = q.shape
     Dv = v.shape[-1]
-    cd, out_dtype = _compute_dtype(q.dtype), v.dtype
+    cd, out_dtype = compute_dtype(q.dtype), v.dtype
     scale = Dk ** -0.5 if scale is None else float(scale)
     q, k, v, beta = (t.to(cd) for t in (q, k, v, beta))
     a = None if g is None else g.to(cd).exp()                                 # [B, H, N]
@@ -215,7 +196,7 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
                          f"got {block_bytes!r}")
     B, H, N, Dk = q.shape
     Dv = v.shape[-1]
-    cd, out_dtype = _compute_dtype(q.dtype), v.dtype
+    cd, out_dtype = compute_dtype(q.dtype), v.dtype
     scale = Dk ** -0.5 if scale is None else float(scale)
     C = min(int(chunk_size), N)
     pad = (-N) % C

@@ -26,31 +26,18 @@ Precision: float64 inputs compute in float64, anything else in float32; ``o`` is
 
 from __future__ import annotations
 
-import difflib
-
 import torch
 import torch.nn.functional as F
 
-from attnbench.core.protocol import (FLOAT_DTYPES, ShapeError, UnknownNameError, UnsupportedError, _describe,
-                                     validate_tensors)
+from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnsupportedError, _describe, validate_tensors
+from attnbench.ops.forms import IMPLS, compute_dtype, resolve_impl
 
-GLA_IMPLS = ("auto", "recurrent", "torch", "fla")
+GLA_IMPLS = IMPLS
 
 
 def resolve_gla_impl(device: torch.device | str, impl: str = "auto") -> str:
-    """``"auto"`` is ``"fla"`` on CUDA and ``"torch"`` elsewhere; ``"fla"`` off CUDA is an error, not a fallback."""
-    if not isinstance(impl, str) or impl not in GLA_IMPLS:
-        close = difflib.get_close_matches(str(impl), GLA_IMPLS, n=2, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownNameError(f"gated_linear_attention: unknown impl {impl!r}{hint} (choose from "
-                               f"{', '.join(GLA_IMPLS)})")
-    dev = torch.device(device)
-    if impl == "auto":
-        return "fla" if dev.type == "cuda" else "torch"
-    if impl == "fla" and dev.type != "cuda":
-        raise UnsupportedError(f"gated_linear_attention: impl='fla' needs a CUDA device (FLA's chunk kernels do not "
-                               f"run on {dev.type!r}); use impl='torch' or impl='recurrent'")
-    return impl
+    """The concrete form ``impl`` names on ``device`` (:func:`attnbench.ops.forms.resolve_impl`)."""
+    return resolve_impl("gated_linear_attention", device, impl)
 
 
 def _check_inputs(q, k, v, g, initial_state, chunk_size) -> None:
@@ -75,12 +62,8 @@ def _check_inputs(q, k, v, g, initial_state, chunk_size) -> None:
         raise ShapeError(f"{name}: argument 'chunk_size' must be a positive integer, got {chunk_size!r}")
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _prepare(q, k, v, g, initial_state):
-    cd = _compute_dtype(q.dtype)
+    cd = compute_dtype(q.dtype)
     g = g if g.dim() == 4 else g.unsqueeze(-1)                                # [B, H, N, Dk or 1]
     S = (q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1], dtype=cd) if initial_state is None
          else initial_state.to(cd))

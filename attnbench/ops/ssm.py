@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.core.protocol import ShapeError, _describe
+from attnbench.ops.forms import compute_dtype
 
 
 def _check(u, dt, A, Bm, Cm, D, h0) -> None:
@@ -44,7 +45,7 @@ def _check(u, dt, A, Bm, Cm, D, h0) -> None:
 
 
 def _cast(u, dt, A, Bm, Cm, D, h0):
-    cd = torch.float64 if u.dtype == torch.float64 else torch.float32
+    cd = compute_dtype(u.dtype)
     h = u.new_zeros(u.shape[0], u.shape[2], A.shape[1], dtype=cd) if h0 is None else h0.to(cd)
     return [t.to(cd) for t in (u, dt, A, Bm, Cm)] + [None if D is None else D.to(cd), h]
 
