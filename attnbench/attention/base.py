@@ -9,7 +9,7 @@ record. Nothing falls back silently: an impl that cannot run here is an error.
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import torch
 from torch import nn
@@ -58,6 +58,12 @@ class Attention(nn.Module):
             raise AttnbenchError(f"{self.name}: argument 'impl' must be 'auto' or one of "
                                  f"{list(self.impls_for(causal))} (causal={bool(causal)}), got {impl!r}")
         self.heads, self.head_dim, self.causal, self.impl = heads, head_dim, bool(causal), impl
+
+    def recurrent_state_size(self) -> Optional[int]:
+        """Numbers the causal form carries from one token to the next, per sequence (all heads; the model's state
+        size in Zoology's sense), or None when it keeps every past key and value (softmax: the KV cache grows
+        with the length). Mechanisms with a fixed-size recurrent state override this."""
+        return None
 
     @classmethod
     def impls_for(cls, causal: bool) -> tuple[str, ...]:
@@ -125,6 +131,11 @@ class FeatureMap(nn.Module):
     @property
     def feature_dim(self) -> int:
         return self.head_dim
+
+    def carried_size(self) -> int:
+        """Numbers per head the causal map itself carries from token to token (prefix statistics; 0 for a map of
+        each token alone)."""
+        return 0
 
     def phi(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -212,6 +223,12 @@ class FeatureMapAttention(Attention):
     @property
     def gpu_impl(self) -> str:
         return "triton" if self.causal else "torch"
+
+    def recurrent_state_size(self) -> int:
+        """Per head ``S = sum phi(k)^T v`` (``feature_dim x head_dim``), ``z = sum phi(k)`` and what the map
+        carries (Katharopoulos et al. 2020, Eqs. 10-11)."""
+        fm = self.feature_map
+        return self.heads * (fm.feature_dim * self.head_dim + fm.feature_dim + fm.carried_size())
 
     def forward_reference(self, q, k, v):
         fq, fk = self.feature_map.phi_q_reference(q), self.feature_map.phi_k_reference(k)

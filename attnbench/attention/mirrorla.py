@@ -149,6 +149,10 @@ class MirrorFeatureMap(FeatureMap):
     def block_functions(self, n: int):
         return None  # a token's features depend on the sequence's statistics
 
+    def carried_size(self) -> int:
+        # causal variance: per side (q and k), the first token, the shifted sum and sum of squares (d each)
+        return 6 * self.head_dim if self.causal and self.variance_aware else 0
+
     def block_maps(self, q: torch.Tensor, k: torch.Tensor, block_size: int):
         """The sequence statistics are computed once per input; blocks then only reflect and rectify."""
         return self._block_map(q, block_size), self._block_map(k, block_size)

@@ -179,6 +179,11 @@ class PerformerAttention(Attention):
         self.feature_map = PerformerFeatureMap(heads=heads, head_dim=head_dim, causal=causal, features=features,
                                                seed=seed)
 
+    def recurrent_state_size(self) -> int:
+        """Per head ``S`` (``m x d``), ``z`` (``m``) and the keys' running max (one number)."""
+        m = self.feature_map.feature_dim
+        return self.heads * (m * self.head_dim + m + 1)
+
     def forward_reference(self, q, k, v):
         fq, fk, s = _stable_features(self.feature_map, q, k)
         n = q.shape[-2]

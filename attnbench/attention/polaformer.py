@@ -79,6 +79,12 @@ class PolaAttention(Attention):
         self.scale = nn.Parameter(torch.zeros(heads, 1, head_dim))                  # softplus -> ln 2
         self.power = nn.Parameter(torch.zeros(heads, 1, head_dim))                  # sigmoid -> 1/2
 
+    def recurrent_state_size(self) -> int:
+        """Per head two streams, each ``S`` (``2d x d/2``: the key features ``[k+, k-]`` against half the value)
+        and ``z`` (``2d``)."""
+        d = self.head_dim
+        return self.heads * 2 * (2 * d * (d // 2) + 2 * d)
+
     def check_inputs(self, q, k, v):
         validate_qkv(q, k, v, heads=self.heads, head_dim=self.head_dim, name=self.name, even_value_dim=True)
 

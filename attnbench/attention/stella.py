@@ -33,6 +33,10 @@ class SteLLAAttention(Attention):
         self.alpha = nn.Parameter(torch.ones(()))
         self.beta = nn.Parameter(torch.ones(()))
 
+    def recurrent_state_size(self) -> int:
+        """Per head ``S = sum ReLU(k)^T v`` (``d x d``); the divisor is the position count, not a state."""
+        return self.heads * self.head_dim * self.head_dim
+
     def _scale(self, n: int, like: torch.Tensor) -> torch.Tensor:
         return (self.alpha * self.beta * math.sqrt(self.head_dim)).to(like.dtype) * position_counts(
             n, self.causal, like)

@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.models.mixers import MIXERS
+from attnbench.models.mixers import MIXERS, ShortConv
 
 LAYER_KINDS = tuple(MIXERS)
 DELTA_LAYERS = ("deltanet", "gated_deltanet")
@@ -52,7 +52,9 @@ class LMConfig:
     ``2/3 * hidden * hidden_ratio`` rounded up to a multiple of 256. ``feature_map`` None is the layer's own
     (SiLU for the delta rules, none for GLA and RetNet; the Transformer and Mamba have no q/k map). Mamba's
     ``ssm_state`` (N), ``ssm_expand`` and ``dt_rank`` (0: ``ceil(hidden / 16)``) are FLA's ``state_size``,
-    ``expand`` and ``dt_rank``; the Transformer's mechanism is ``attention`` with ``attention_options``."""
+    ``expand`` and ``dt_rank``; the Transformer's mechanism is ``attention`` with ``attention_options``.
+    ``block_conv`` > 0 puts one causal depthwise convolution of that kernel before every block's mixer, whatever
+    the mixer (Zoology's short convolution, given to every mixer alike for fairness); 0: none, as FLA's models."""
 
     layer: str = "deltanet"
     vocab_size: int = 32000
@@ -81,6 +83,7 @@ class LMConfig:
     key_width: str = "double"
     chunk_size: int = 64
     delta_impl: str = "auto"
+    block_conv: int = 0
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -102,6 +105,8 @@ class LMConfig:
                 f"mechanism is `attention`")
         if self.layer == "transformer" and self.heads * self.head_dim != self.hidden:
             bad(f"transformer needs heads * head_dim == hidden, got {self.heads} * {self.head_dim} != {self.hidden}")
+        if self.block_conv < 0:
+            bad(f"block_conv must be >= 0 (0: none), got {self.block_conv}")
         for k in ("ssm_state", "ssm_expand"):
             if getattr(self, k) < 1:
                 bad(f"{k} must be >= 1, got {getattr(self, k)}")
@@ -127,8 +132,12 @@ class LMConfig:
 
     @property
     def mlp_size(self) -> int:
+        """The SwiGLU's inner size; 0 (``hidden_ratio = 0``, no ``intermediate_size``): blocks without an MLP,
+        mixers only (Zoology's MQAR models)."""
         if self.intermediate_size:
             return self.intermediate_size
+        if not self.hidden_ratio:
+            return 0
         size = int(self.hidden * self.hidden_ratio * 2 / 3)
         return 256 * ((size + 255) // 256)
 
@@ -157,13 +166,16 @@ class SwiGLU(nn.Module):
 
 
 class LMBlock(nn.Module):
-    """Pre-norm: ``x + mixer(norm x)``, then ``x + mlp(norm x)`` (no MLP in a Mamba block)."""
+    """Pre-norm: ``x + mixer(conv(norm x))``, then ``x + mlp(norm x)`` (no MLP in a Mamba block; the convolution
+    only with ``cfg.block_conv``)."""
     def __init__(self, cfg: LMConfig):
         super().__init__()
         mixer, with_mlp = MIXERS[cfg.layer]
         self.attn_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
+        if cfg.block_conv:
+            self.block_conv = ShortConv(cfg.hidden, cfg.block_conv, activation=False)
         self.attn = mixer(cfg)
-        if with_mlp:
+        if with_mlp and cfg.mlp_size:
             self.mlp_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
             self.mlp = SwiGLU(cfg.hidden, cfg.mlp_size)
 
@@ -171,10 +183,16 @@ class LMBlock(nn.Module):
         return x + self.mlp(self.mlp_norm(x)) if hasattr(self, "mlp") else x
 
     def forward(self, x: torch.Tensor, cache: Optional[dict] = None, impl: Optional[str] = None):
+        h = self.attn_norm(x)
+        window = None
+        if hasattr(self, "block_conv"):
+            h, window = self.block_conv(h, None if cache is None else cache.get("block_conv"))
         if cache is None:
-            return self._mlp(x + self.attn(self.attn_norm(x), impl=impl))
-        y, cache = self.attn(self.attn_norm(x), cache, impl=impl)
-        return self._mlp(x + y), cache
+            return self._mlp(x + self.attn(h, impl=impl))
+        y, new = self.attn(h, cache, impl=impl)
+        if window is not None:
+            new = {**new, "block_conv": window}
+        return self._mlp(x + y), new
 
 
 class LanguageModel(nn.Module):
@@ -213,16 +231,21 @@ class LanguageModel(nn.Module):
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
             raise AttnbenchError(f"LanguageModel: input_ids must be an integer tensor [B, T], got "
                                  f"{input_ids.dtype} {tuple(input_ids.shape)}")
-        x = self.embed(input_ids)
         if caches is None:
-            for block in self.blocks:
-                x = block(x, impl=impl)
-            return self.lm_head(self.norm(x))
+            return self.lm_head(self.features(input_ids, impl=impl))
+        x = self.embed(input_ids)
         out = []
         for block, cache in zip(self.blocks, caches):
             x, cache = block(x, cache, impl=impl)
             out.append(cache)
         return self.lm_head(self.norm(x)), out
+
+    def features(self, input_ids: torch.Tensor, impl: Optional[str] = None) -> torch.Tensor:
+        """The final normalised hidden states ``[B, T, hidden]`` (what the LM head reads)."""
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x, impl=impl)
+        return self.norm(x)
 
     def loss(self, ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         """Next-token cross entropy of ``ids [B, T+1]`` (inputs ``ids[:, :-1]``, targets ``ids[:, 1:]``)."""

@@ -298,11 +298,16 @@ class AttentionMixer(nn.Module):
                                                                                        causal=True)
         self.o_proj = nn.Linear(H * d, C, bias=False)
 
-    state_grows = True  # state_size() is per token
+    @property
+    def state_grows(self) -> bool:
+        """Whether the mechanism keeps every past key and value (then :meth:`state_size` is per token)."""
+        return self.mech.recurrent_state_size() is None
 
     def state_size(self) -> int:
-        """Per token: the keys and values a KV cache keeps (the state grows with the length)."""
-        return 2 * self.cfg.heads * self.cfg.head_dim
+        """The mechanism's recurrent state per sequence; for one that keeps every key and value (softmax), per
+        token: the keys and values a KV cache keeps."""
+        fixed = self.mech.recurrent_state_size()
+        return 2 * self.cfg.heads * self.cfg.head_dim if fixed is None else fixed
 
     def forward(self, x: torch.Tensor, cache: Optional[dict] = None, impl: Optional[str] = None):
         cfg, H = self.cfg, self.cfg.heads

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -39,6 +36,7 @@ from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, Sweep
 from attnbench.engine.train.config import TrainConfig
 from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
+from attnbench.io.generated import COMPLETE, materialize
 from attnbench.measure.peak import PeakMeter
 from attnbench.results import provenance
 from attnbench.results.records import point_hash
@@ -116,14 +114,11 @@ def ensure_generated(task: str, cfg: TaskConfig, cache: Path, console=None) -> P
     a directory that looks finished."""
 
     d = generated_dir(task, cfg, cache)
-    if (d / "COMPLETE").exists():
+    if (d / COMPLETE).exists():
         return d
     gen = cfg.generate
-    tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    status = console.status(f"generating {task} data (once; cached in {d})") if console else contextlib.nullcontext()
-    t0 = time.perf_counter()
-    with status:
+
+    def fill(tmp: Path) -> None:
         if task == "listops":
             generate.generate_listops(tmp, n_train=gen.n_train, n_val=gen.n_val, n_test=gen.n_test, seed=gen.seed,
                                       max_depth=gen.max_depth, max_args=gen.max_args, min_length=gen.min_length,
@@ -133,18 +128,12 @@ def ensure_generated(task: str, cfg: TaskConfig, cache: Path, console=None) -> P
                                          size=gen.size)
         else:  # pragma: no cover - the preset loader refuses it
             raise DataUnavailable(f"{task} has no generator")
-    (tmp / "params.json").write_text(json.dumps({"task": task, **dataclasses.asdict(gen)}, indent=1) + "\n")
-    (tmp / "COMPLETE").write_text(f"generated in {time.perf_counter() - t0:.1f} s\n")
-    for _ in range(2):
-        try:
-            os.replace(tmp, d)  # refused while d exists and is not empty
-            break
-        except OSError:
-            if (d / "COMPLETE").exists():  # another process finished first (and may be reading it): use its copy
-                shutil.rmtree(tmp, ignore_errors=True)
-                break
-            shutil.rmtree(d, ignore_errors=True)  # leftovers of an older, incomplete layout
-    if console:
+
+    status = console.status(f"generating {task} data (once; cached in {d})") if console else contextlib.nullcontext()
+    t0 = time.perf_counter()
+    with status:
+        made = materialize(d, fill, {"task": task, **dataclasses.asdict(gen)})
+    if made and console:
         console.print(f"generated {task} data in {time.perf_counter() - t0:.0f} s: {d}")
     return d
 

@@ -1,0 +1,191 @@
+"""The recall leaderboard: ``attnbench table recall`` and ``attnbench plot recall``.
+
+One table per (setting, device, task point): a row per mixer at the learning rate whose validation accuracy,
+averaged over the seeds, is best (Zoology's and MAD's protocol: the best of a sweep; here chosen on validation, not
+on the test set), with its test accuracy over the asked positions (mean over seeds with the test-set and seed
+intervals), the rate that won and the validation accuracy at each rate, the state one layer carries, parameters
+and wall time. The caption: the budget, the separation line (compare's tests between the rows, Holm-corrected),
+how stable the ordering is across seeds, and the registered mechanisms that do not apply (no causal form).
+
+The plot: test accuracy against state size per layer, one line per mixer over the widths of a difficulty (the
+signature figure of Zoology and MAD); softmax's state is its KV cache at the task's length.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Iterable
+
+from attnbench.api.registry import get_attention, names
+from attnbench.results.records import Measurement
+from attnbench.views.compare import metric, separation
+from attnbench.views.rows import aggregate, board_title, fmt_seeds, seed_note, seed_rows, slug, unfinished_caption
+from attnbench.views.sources import Source, commits_of, latest
+from attnbench.views.tables import table_view
+
+
+def _val(rs: list[Measurement]) -> float | None:
+    vals = [r.metrics.get("best_val_acc") for r in rs if r.status == "ok"]
+    vals = [v for v in vals if isinstance(v, (int, float))]
+    return statistics.fmean(vals) if vals else None
+
+
+def best_rows(records: Iterable[Measurement]) -> dict[tuple, dict[str, list[Measurement]]]:
+    """``(setting, device, task) -> {mixer: its records (one per seed) at its best learning rate}``; the best rate
+    is the one with the highest mean validation accuracy over its seeds."""
+    by_rate = seed_rows(records, key=lambda r: (r.attention, r.params.get("lr")))
+    out: dict[tuple, dict[str, dict]] = {}
+    for (setting, device, _dtype, task, (mixer, lr)), rs in by_rate.items():
+        out.setdefault((setting, device, task), {}).setdefault(mixer, {})[lr] = rs
+    best: dict[tuple, dict[str, list[Measurement]]] = {}
+    for key, mixers in out.items():
+        best[key] = {}
+        for mixer, rates in mixers.items():
+            scored = [(v, lr) for lr, rs in rates.items() if (v := _val(rs)) is not None]
+            lr = max(scored)[1] if scored else next(iter(rates))
+            best[key][mixer] = rates[lr]
+    return best
+
+
+def rates_of(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float, float | None]]]:
+    """``(setting, device, task) -> {mixer: {lr: mean validation accuracy}}``."""
+    out: dict[tuple, dict[str, dict]] = {}
+    for (setting, device, _d, task, (mixer, lr)), rs in seed_rows(
+            records, key=lambda r: (r.attention, r.params.get("lr"))).items():
+        out.setdefault((setting, device, task), {}).setdefault(mixer, {})[lr] = _val(rs)
+    return out
+
+
+def order_stability(rows: dict[str, list[Measurement]]) -> str:
+    """How alike the seeds order the rows: the mean Kendall tau over pairs of seeds of the rows' test accuracies
+    (1: every seed orders them alike), over the rows that have every seed."""
+    from scipy.stats import kendalltau
+
+    seeds = sorted({r.seed for rs in rows.values() for r in rs if r.status == "ok"}, key=lambda s: (s is None, s))
+    full = {m: {r.seed: r.metrics["score"] for r in rs if r.status == "ok"} for m, rs in rows.items()}
+    full = {m: v for m, v in full.items() if all(s in v for s in seeds)}
+    if len(seeds) < 2 or len(full) < 3:
+        return ""
+    taus = [kendalltau([v[a] for v in full.values()], [v[b] for v in full.values()]).statistic
+            for a, b in itertools.combinations(seeds, 2)]
+    taus = [t for t in taus if t == t]
+    if not taus:
+        return ""
+    return (f" Ordering across seeds: mean Kendall τ {statistics.fmean(taus):.2f} between the {len(seeds)} seeds' "
+            f"orderings of the {len(full)} rows (1: the same order).")
+
+
+def not_applicable() -> list[str]:
+    """The registered mechanisms without a causal form (a recall model reads left to right)."""
+    return [n for n in names() if not get_attention(n).causal_form]
+
+
+def _state(m: dict) -> str:
+    s = m.get("state_per_layer")
+    if not isinstance(s, (int, float)):
+        return "-"
+    if m.get("state_per_token"):
+        return f"{s * m.get('seq_len', 0) / 1e3:.1f} k (KV)"
+    return f"{s / 1e3:.1f} k"
+
+
+def _fmt_lr(lr) -> str:
+    return f"{lr:.0e}" if isinstance(lr, (int, float)) else "?"
+
+
+def measured_tables(records: Iterable[Measurement], source_label: str):
+    records = list(records)
+    best = best_rows(records)
+    rates = rates_of(records)
+    out = []
+    for (setting, device, task), rows in sorted(best.items()):
+        stats = {mx: aggregate(rs, "score") for mx, rs in rows.items()}
+        order = sorted(rows, key=lambda mx: -(stats[mx].mean if stats[mx] is not None else -1))
+        header = ["mixer", "test acc % (answers)", "best lr", "val acc by lr", "state/layer", "params", "wall"]
+        table = []
+        for mx in order:
+            rs = rows[mx]
+            ok = [r for r in rs if r.status == "ok"]
+            if not ok:
+                table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
+                continue
+            m = ok[-1].metrics
+            by_lr = rates.get((setting, device, task), {}).get(mx, {})
+            scan = " · ".join(f"{_fmt_lr(lr)}: {100 * v:.1f}" if v is not None else f"{_fmt_lr(lr)}: -"
+                              for lr, v in sorted(by_lr.items(), key=lambda kv: kv[0] or 0))
+            table.append([mx, fmt_seeds(stats[mx]), _fmt_lr(ok[-1].params.get("lr")), scan, _state(m),
+                          f"{m['n_params'] / 1e3:.0f} k" if m.get("n_params") else "-",
+                          f"{statistics.fmean(r.metrics.get('wall_s', 0) for r in ok):.0f} s"])
+        every = [r for rs in rows.values() for r in rs]
+        first = next((r for r in every if r.status == "ok"), None)
+        if first is None:
+            out.append((board_title(f"recall {task}", setting, device, every), header, table,
+                        unfinished_caption(source_label, every)))
+            continue
+        fm, fp = first.metrics, first.params
+        na = not_applicable()
+        cap = (f"{source_label}. Task {task}: {json.dumps(fp.get('task_params', {}), sort_keys=True)}; width "
+               f"{fp.get('hidden')}, {fp.get('n_train', fm.get('n_train'))} training examples, "
+               f"{fp.get('steps')} steps × batch {fp.get('batch_size')}. Test accuracy over the "
+               f"{fm.get('n_test')} asked positions of the test split (weights of the best validation step), at "
+               f"the learning rate whose validation accuracy (mean over seeds) is best; 'val acc by lr' shows each "
+               f"rate's. state/layer: the numbers one layer's mixer carries from token to token per sequence "
+               f"(the Transformer's KV cache at this length, which grows with it: 'KV'; the convolution windows "
+               f"aside). Commit {', '.join(commits_of(every))}."
+               + seed_note(stats.values()) + " " + separation(rows, metric("score")).line("Separation")
+               + order_stability(rows)
+               + (f" Not applicable (no causal form; a recall model reads left to right): {', '.join(na)}."
+                  if na else ""))
+        out.append((board_title(f"recall {task}", setting, device, every), header, table, cap))
+    return out
+
+
+def plot_recall(source: Source, out_dir: Path, prefix: str = "recall") -> list[Path]:
+    """Test accuracy against state size per layer (log scale), one line per mixer over the widths of each
+    difficulty, one figure per (setting, device, task difficulty); returns the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: dict[tuple, dict[str, list[tuple[float, float, bool]]]] = {}
+    for (setting, device, _task), rows in best_rows(latest(source.records, preferred=("ok",))).items():
+        for mx, rs in rows.items():
+            st = aggregate(rs, "score")
+            ok = [r for r in rs if r.status == "ok"]
+            if st is None or not ok:
+                continue
+            m, p = ok[-1].metrics, ok[-1].params
+            size = m.get("state_per_layer") * (m.get("seq_len", 1) if m.get("state_per_token") else 1)
+            key = (setting, device, json.dumps(p.get("task_params", {}), sort_keys=True), p.get("n_train"))
+            panels.setdefault(key, {}).setdefault(mx, []).append((size, st.mean, bool(m.get("state_per_token"))))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (setting, device, params, n_train), lines in sorted(panels.items()):
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        for mx, pts in sorted(lines.items()):
+            pts.sort()
+            kv = any(g for _, _, g in pts)
+            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="s" if kv else "o", linewidth=1.2,
+                    linestyle="--" if kv else "-", label=mx + (" (KV cache)" if kv else ""))
+        ax.set_xscale("log")
+        ax.set_xlabel("state size per layer (numbers per sequence)")
+        ax.set_ylabel("test accuracy over the asked positions (%)")
+        ax.set_title(f"{setting} · {device}\n{params}, {n_train} training examples", fontsize=8)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, frameon=False)
+        fig.text(0.01, 0.005, f"{source.label}", fontsize=6, color="grey")
+        fig.tight_layout(rect=(0, 0.02, 1, 1))
+        path = out_dir / f"{prefix}-{slug(setting.split('/', 1)[-1])}-{slug(device)}-{slug(params)}.png"
+        fig.savefig(path, bbox_inches="tight", dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def view():
+    return table_view(measured_tables, plot=plot_recall)
