@@ -60,3 +60,9 @@ def test_committed_records_name_a_commit_of_this_history():
     commits = {r.git_commit for f in (ROOT / "results").glob("*/*.jsonl") for r in read_jsonl(f)}
     assert commits and all(provenance.in_history(c) for c in commits), sorted(c for c in commits
                                                                                if not provenance.in_history(c))
+
+
+def test_committed_records_come_from_a_clean_tree():
+    dirty = {str(f.relative_to(ROOT)): sum(1 for r in read_jsonl(f) if r.git_dirty is not False)
+             for f in sorted((ROOT / "results").glob("*/*.jsonl"))}
+    assert dirty and not any(dirty.values()), {f: n for f, n in dirty.items() if n}

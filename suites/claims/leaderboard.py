@@ -32,6 +32,16 @@ def rule(c: dict) -> str:
     return text if c["holds_at"] == c["fails_at"] else f"{text} (fails {other} {c['fails_at']:g})"
 
 
+def _decided_line(counts: dict[str, int]) -> str:
+    """The claims' separation line: a claims table ranks no mechanisms (no pairs to test); what it can tell apart is
+    how many claims its intervals decide."""
+    decided = counts.get("holds", 0) + counts.get("fails", 0)
+    total = sum(counts.values())
+    return (f"Separation: {decided} of {total} claims decided at their criterion (holds or fails; a claims table "
+            f"ranks no mechanisms, so no pairs are tested)"
+            + (": this table decides nothing." if decided == 0 else "."))
+
+
 def measured_tables(records: Iterable[Measurement], source_label: str):
     out = []
     for (setting, device), recs in boards(records, preferred=("ok", "skipped")):
@@ -57,7 +67,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                f"fixed in code before measuring (holds when the interval lies on the claimed side, fails when it "
                f"lies on the other, inconclusive otherwise); figures: <check>--<mechanism>--<input>.png in "
                f"{'results/claims' if 'committed' in source_label else 'results/runs/claims (or --out)'}. Verdicts: "
-               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f". Commit {', '.join(commits)}.")
+               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f". Commit {', '.join(commits)}. "
+               + _decided_line(counts))
         out.append((board_title("claims", setting, device, recs),
                     ["check", "attention", "input", "statistic", "criterion", "verdict"], rows, cap))
         mem = [r for r in recs if r.task == "memory" and r.status == "ok" and "peak_bytes" in r.metrics]
@@ -91,7 +102,7 @@ def memory_table(recs: list[Measurement], setting: str, device: str):
            "attnbench.measure.memory.TensorMemory: allocator-independent, the same on any CPU), and the ratio to softmax's "
            "reference form (its N x N matrices) at the same N; 'size limit': softmax not run (its two N x N float32 "
            "matrices exceed the cap). The papers' numbers are whole models on GPUs against their own baselines: "
-           "context, not comparable.")
+           "context, not comparable. Separation: exact counts, no noise to test against (every unequal pair differs).")
     return (f"claims memory — {setting} · {device}", ["attention", *[f"N = {fmt_n(n)}" for n in sizes],
                                                       "the paper prints"], rows, cap)
 

@@ -113,7 +113,7 @@ def run_smoke(pre, variants: Sequence, *, seed: int = 0, db: Optional[str] = Non
             model = build_lm(cfg)
             n = sum(p.numel() for p in model.parameters())
             ids = torch.randint(0, pre.data.vocab_size, (1, T + 1))
-            per_token = train_flops(lambda: next_token_loss(model, ids).backward()) / T
+            per_token = train_flops(lambda net=model: next_token_loss(net, ids).backward()) / T
             del model
             cost = FullRunCost(pre.train.steps, full_tokens, "tokens", per_token)
             if not math.isfinite(per_token):  # pragma: no cover - the counter returns ints

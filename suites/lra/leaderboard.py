@@ -196,7 +196,10 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                     f"Training samples/s (global batch, training steps only) · peak memory "
                     f"({'; '.join(methods) or 'method not recorded'}; < res. = below its resolution) · "
                     f"wall time of the cell (training, evaluation, checkpoints). Timings come from whatever machine "
-                    f"ran the cells, often shared (see the load notes of committed results): rough ratios only."))
+                    f"ran the cells, often shared (see the load notes of committed results): rough ratios only. "
+                    + "; ".join(separation({lab: by.get((lab, t), []) for lab in labels},
+                                           metric("train_samples_per_s")).line(f"Separation ({t}, samples/s)")
+                                for t in tasks)))
     return out
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from attnbench.results.records import Measurement
+from attnbench.views.compare import metric, separation
 from attnbench.views.render import md_table
 from attnbench.views.rows import BASELINE, fit_exponent, fmt_bytes, fmt_n, fmt_time, label_of, slug
 from attnbench.views.sources import commits_of, describe_records, latest, machine_of, Source
@@ -193,6 +194,29 @@ def _methods(board: ScalingBoard, key: str, default: str) -> str:
     return "; ".join(methods) or default
 
 
+def _separation_line(board: ScalingBoard) -> str:
+    """The separation line of a time table: compare's timing test between every pair of rows at the largest N
+    every row finished (the repeat noise of each side's median)."""
+    common = [n for n in board.ns if all(n in r.points and r.points[n].status == "ok" for r in board.rows)]
+    if not common or len(board.rows) < 2:
+        return "Separation: no N at which every row finished." if len(board.rows) > 1 else ""
+    n = max(common)
+    return separation({r.label: [r.points[n]] for r in board.rows}, metric("time_median_s")).line(
+        f"Separation (time at N={fmt_n(n)})")
+
+
+def _exact_line(board: ScalingBoard) -> str:
+    """The separation line of the tensor-memory table: exact counts, the same on any machine, so every unequal
+    pair differs; counted at the largest N every row finished."""
+    common = [n for n in board.ns if all(n in r.points and r.points[n].status == "ok" for r in board.rows)]
+    vals = [tensor_bytes(r.points[max(common)]) for r in board.rows] if common else []
+    if len(vals) < 2 or any(v is None for v in vals):
+        return "Separation: no N at which every row has a tensor count."
+    pairs = [(a, b) for i, a in enumerate(vals) for b in vals[i + 1:]]
+    return (f"Separation (bytes at N={fmt_n(max(common))}): exact counts, no noise; {sum(a != b for a, b in pairs)} of "
+            f"{len(pairs)} pairs differ.")
+
+
 def _board_tables(board: ScalingBoard, source: Source, sep: str) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, caption) for the time table and the memory tables of a board."""
     provenance_note = (f"{'committed reference results' if source.committed else source.label.split(' (')[0]} · "
@@ -204,7 +228,7 @@ def _board_tables(board: ScalingBoard, source: Source, sep: str) -> list[tuple[s
                   _exp(r.time_exp)] for r in board.rows]
     out = [(f"time — {board.title}", ["attention", "impl", *ncols, "GFLOP/s", exp_col], time_rows,
             f"{provenance_note}. Median ± IQR of repeated calls; × = time / softmax time at the same N (one run). "
-            f"Exponent: slope of log time vs log N over the ok points.")]
+            f"Exponent: slope of log time vs log N over the ok points. {_separation_line(board)}")]
     oks = board.oks()
     if any(tensor_bytes(m) is not None for m in oks):
         rows = [[r.label, *[_mem_cell(board, r, n, sep, tensor_bytes) for n in board.ns], _exp(r.mem_exp)]
@@ -212,7 +236,7 @@ def _board_tables(board: ScalingBoard, source: Source, sep: str) -> list[tuple[s
         out.append((f"peak memory (tensor bytes above the inputs) — {board.title}", ["attention", *ncols, exp_col],
                     rows, f"{provenance_note}. Counted at the tensor level, the same on any CPU and allocator: "
                           f"{_methods(board, 'tensor_mem_method', 'peak bytes of tensors alive at once')}. "
-                          f"× = / softmax's. Exponent: slope of log bytes vs log N."))
+                          f"× = / softmax's. Exponent: slope of log bytes vs log N. {_exact_line(board)}"))
     if any(_has_rss(m) for m in oks):
         rows = [[r.label, *[_mem_cell(board, r, n, sep, rss_bytes) for n in board.ns], _exp(r.rss_exp)]
                 for r in board.rows]
@@ -221,7 +245,8 @@ def _board_tables(board: ScalingBoard, source: Source, sep: str) -> list[tuple[s
                 f"allocator served the call from memory it already held; not a zero." if below else "")
         out.append((f"peak memory (process RSS above the inputs) — {board.title}", ["attention", *ncols, exp_col],
                     rows, f"{provenance_note}. {_methods(board, 'mem_method', 'peak RSS')}; depends on the "
-                          f"allocator and its cache. × = / softmax's.{note}"))
+                          f"allocator and its cache. × = / softmax's.{note} Separation: not tested (one reading per "
+                          f"point, allocator-dependent: no noise to test a difference against)."))
     return out
 
 

@@ -110,7 +110,8 @@ def resolution_table(records: list[Measurement], setting: str, device: str):
         rows.append([att, *cells])
     cap = ("The trained weights evaluated at each resolution (position embedding resampled): inference images/s "
            "and peak memory of one forward pass (CUDA: the allocator's peak; CPU: tensor bytes alive at once, "
-           "allocator-independent). Same batch at every resolution (the preset's [sweep] batch).")
+           "allocator-independent). Same batch at every resolution (the preset's [sweep] batch). Separation: not tested "
+           "(one timing per point, without repeats: no noise to test a difference against).")
     return (f"vision resolution sweep — {setting} · {device}",
             ["attention", *[f"{res}² ({tokens[res]} tok)" for res in resolutions]], rows, cap)
 
