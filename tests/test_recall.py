@@ -195,18 +195,25 @@ def test_presets_load_and_their_points():
     assert [p.params["seq_len"] for p in zoo.points(sweep=True) if p.hidden == 64] == [64, 128, 256, 512]
 
 
+def _tiny_text() -> str:
+    from importlib import resources
+
+    return (resources.files("attnbench.suites.recall") / "presets" / "tiny.toml").read_text()
+
+
 def test_a_preset_asking_the_impossible_names_the_point(tmp_path):
-    text = (load_preset("tiny").path and
-            (__import__("importlib.resources").resources.files("attnbench.suites.recall") / "presets" / "tiny.toml")
-            .read_text())
+    text = _tiny_text()
     bad = tmp_path / "bad.toml"
-    bad.write_text(text.replace("sweep = [{ num_kv_pairs = 4 }, { num_kv_pairs = 16 }]",
-                                "sweep = [{ num_kv_pairs = 40 }]"))
-    with pytest.raises(PresetError, match=r"bad.toml: \[\[tasks\]\] #1 sweep #1: recall task mqar: num_kv_pairs=40"):
-        load_preset(str(bad))
-    bad.write_text(text.replace("num_kv_pairs = 8\n", "num_kv_pair = 8\n"))
-    with pytest.raises(PresetError, match="unknown key 'num_kv_pair'.*did you mean 'num_kv_pairs'"):
-        load_preset(str(bad))
+    for old, new, match in (
+            ("sweep = [{ num_kv_pairs = 4 }, { num_kv_pairs = 16 }]", "sweep = [{ num_kv_pairs = 40 }]",
+             r"bad.toml: \[\[tasks\]\] #1 sweep #1: recall task mqar: num_kv_pairs=40 needs seq_len >= 160"),
+            ("num_kv_pairs = 8\n", "num_kv_pair = 8\n", "unknown key 'num_kv_pair'.*did you mean 'num_kv_pairs'"),
+            ("hidden = 64", 'hidden = "64"', r"\[model\]: key 'hidden': expected int, got '64'")):
+        assert old in text
+        bad.write_text(text.replace(old, new))
+        with pytest.raises(PresetError, match=match) as e:
+            load_preset(str(bad))
+        assert "\n" not in str(e.value)
 
 
 def test_mixers_are_registry_attentions_or_lm_mixers():
@@ -258,9 +265,7 @@ def test_the_compression_model_decodes_every_position_from_the_last():
 
 # ---------------------------------------------------------------------------------------------------- the run
 def _small(tmp_path, lrs="[1e-3, 3e-2]"):
-    from importlib import resources
-
-    text = (resources.files("attnbench.suites.recall") / "presets" / "tiny.toml").read_text()
+    text = _tiny_text()
     for a, b in (("n_train = 16000", "n_train = 64"), ("n_val = 250", "n_val = 16"), ("n_test = 1000", "n_test = 16"),
                  ("steps = 1500", "steps = 6"), ("batch_size = 32", "batch_size = 8"), ("eval_every = 250",
                  "eval_every = 3"), ("hidden = 64", "hidden = 16"), ("seq_len = 64", "seq_len = 32"),

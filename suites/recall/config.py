@@ -23,6 +23,7 @@ to right): it is listed with the reason, and trains nothing.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,7 +31,7 @@ from attnbench.api.registry import get_attention
 from attnbench.api.spec import check_distinct, split_spec
 from attnbench.core.errors import AttnbenchError, UnknownNameError
 from attnbench.engine import presets
-from attnbench.engine.presets import PresetError, check_keys
+from attnbench.engine.presets import PresetError, check_keys, coerce
 from attnbench.engine.presets import preset_names as _preset_names
 from attnbench.engine.train.config import TrainConfig
 from attnbench.models.lm import LMConfig
@@ -196,8 +197,11 @@ def _read_tasks(data: dict, file: str) -> dict[str, Any]:
 def _read(data: dict, file: str) -> dict[str, Any]:
     if "model" not in data or not isinstance(data["model"], dict):
         raise PresetError(f"{file}: top level: missing table [model]")
-    check_keys(data["model"], MODEL_FIELDS, f"{file}: [model]")
-    return {"model": dict(data["model"]), **_read_tasks(data, file)}
+    model = dict(data["model"])
+    check_keys(model, MODEL_FIELDS, f"{file}: [model]")
+    hints = typing.get_type_hints(LMConfig)
+    model = {k: coerce(hints[k], v, f"{file}: [model]: key {k!r}") for k, v in model.items()}
+    return {"model": model, **_read_tasks(data, file)}
 
 
 def load_preset(name_or_path: str | Path) -> RecallPreset:
