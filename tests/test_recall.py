@@ -294,6 +294,7 @@ def test_a_run_records_each_rate_and_the_table_shows_each_mixers_best(tmp_path):
     with Store(db) as st:
         recs = st.measurements(suite="recall")
     assert len(recs) == 8 and {r.params["lr"] for r in recs} == {1e-3, 3e-2}
+    assert {r.attention: r.impl for r in recs} == {"softmax": "sdpa", "deltanet": "torch"}
     for r in recs:
         m = r.metrics
         assert m["n_test"] == 16 * 4 and 0 <= m["score"] <= 100 and m["state_per_layer"] > 0

@@ -29,6 +29,7 @@ from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, Sweep
 from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
+from attnbench.ops.forms import resolve_impl
 from attnbench.results.records import point_hash
 
 from . import data as recall_data
@@ -55,13 +56,12 @@ def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, split: recall_data.Split, *, batch: int, dist: Dist,
-             device: torch.device, limit: int = 0) -> tuple[float, int, float]:
-    """``(accuracy, asked positions, mean loss)`` over the asked positions of the first ``limit`` examples
-    (0: all), sharded over the ranks and summed."""
+             device: torch.device) -> tuple[float, int, float]:
+    """``(accuracy, asked positions, mean loss)`` over the asked positions of ``split``, sharded over the ranks
+    and summed."""
     was = model.training
     model.eval()
-    n = len(split) if not limit else min(limit, len(split))
-    mine = np.arange(dist.rank, n, dist.world)
+    mine = np.arange(dist.rank, len(split), dist.world)
     sums = torch.zeros(3, dtype=torch.float64)
     for s in range(0, len(mine), batch):
         idx = mine[s:s + batch]
@@ -152,7 +152,17 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits: dict[str, recall_data.Spli
     }
     if dist.main:
         ckpt.unlink(missing_ok=True)
-    return CellResult("ok", metrics=metrics, impl="torch" if device.type == "cpu" else "auto")
+    return CellResult("ok", metrics=metrics, impl=_impl(mixer, cfg, device))
+
+
+def _impl(mixer, cfg, device: torch.device) -> str:
+    """The form the mixer ran: the attention's resolved impl, or the recurrent op's (the delta rule, GLA and
+    RetNet share its setting; Mamba's scan has one form)."""
+    if hasattr(mixer, "mech"):
+        return mixer.mech.resolve_impl(device)
+    if cfg.layer == "mamba":
+        return "recurrent"
+    return resolve_impl("delta_rule", device, cfg.delta_impl)
 
 
 def _data_for(pre: RecallPreset, point: Point, cache: Path, dist: Dist) -> dict[str, recall_data.Split]:
