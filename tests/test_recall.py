@@ -190,6 +190,9 @@ def test_presets_load_and_their_points():
                                                "memorization"}
     memo = next(p for p in mad.points() if p.task == "memorization")
     assert memo.n_train == 256 and mad.sizes(memo)["train"] == 256
+    assert mad.steps(memo) == 400 and tiny.steps(tiny.points()[0]) == 1500     # 200 epochs at batch 128; fixed
+    # the identity of the committed results' cells (results/recall/): a change here orphans them
+    assert tiny.identity_hash() == "b5dad72c8b275d3b"
     assert any(p.label == "in_context_recall n_train=800" and p.n_train == 800 for p in pts)
     zoo = load_preset("zoology")
     assert [p.params["seq_len"] for p in zoo.points(sweep=True) if p.hidden == 64] == [64, 128, 256, 512]

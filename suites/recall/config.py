@@ -5,6 +5,8 @@ A preset file has::
     name, description, source, setting
     mixers = "softmax,linear,..."     # the default --attn
     learning_rates = [1e-3, 3e-3]     # every mixer trains at each; its score is the rate best on validation
+    epochs = 200                      # optional: steps = epochs x training examples // batch at each point
+                                      # (MAD's protocol); 0 or absent: [train] steps everywhere
     widths = [64, 128]                # --sweep: the model widths of the difficulty sweep
     [data]                            # DataConfig: examples per split, data seed
     [[tasks]]                         # one or more: name = a task of suites/recall/tasks.py, its parameters,
@@ -105,6 +107,7 @@ class RecallPreset(presets.SuitePreset):
     mixers: str = "softmax"
     learning_rates: list[float] = dataclasses.field(default_factory=lambda: [1e-3])
     widths: list[int] = dataclasses.field(default_factory=list)
+    epochs: int = 0
     tasks: tuple = dataclasses.field(default=(), metadata={"from_file": False})
 
     def __post_init__(self) -> None:
@@ -112,9 +115,18 @@ class RecallPreset(presets.SuitePreset):
             raise ValueError(f"learning_rates must be a non-empty list of positive rates, got {self.learning_rates}")
         if any(w < 1 for w in self.widths):
             raise ValueError(f"widths must be positive, got {self.widths}")
+        if self.epochs < 0:
+            raise ValueError(f"epochs must be >= 0 (0: [train] steps), got {self.epochs}")
 
     def identity(self) -> dict[str, Any]:
-        return {"data": dataclasses.asdict(self.data), "model": self.model, "train": self.train.to_dict()}
+        out = {"data": dataclasses.asdict(self.data), "model": self.model, "train": self.train.to_dict()}
+        return {**out, "epochs": self.epochs} if self.epochs else out
+
+    def steps(self, point: Point) -> int:
+        """Training steps at ``point``: ``epochs`` passes over its training examples, or [train] steps."""
+        if not self.epochs:
+            return self.train.steps
+        return max(1, self.epochs * (point.n_train // self.train.batch_size))
 
     def points(self, sweep: bool = False) -> list[Point]:
         """Each task at its default difficulty and the preset's width; with ``sweep``, every difficulty point of
@@ -200,7 +212,8 @@ def _read(data: dict, file: str) -> dict[str, Any]:
     model = dict(data["model"])
     check_keys(model, MODEL_FIELDS, f"{file}: [model]")
     hints = typing.get_type_hints(LMConfig)
-    model = {k: coerce(hints[k], v, f"{file}: [model]: key {k!r}") for k, v in model.items()}
+    for k, v in model.items():   # checked, kept as written (an int for a float field stays an int: same identity)
+        coerce(hints[k], v, f"{file}: [model]: key {k!r}")
     return {"model": model, **_read_tasks(data, file)}
 
 

@@ -8,7 +8,7 @@ and point: parameters, state size and the full run's cost (:class:`attnbench.eng
 preset's steps at its batch, times its learning rates).
 
 What the smoke changes: the split sizes (8 / 4 / 4 examples), steps (3), batch (2), evaluation (every 3 steps),
-checkpoints (every step), precision (float32) and the learning rates (the first only).
+checkpoints (every step), precision (float32), epochs (none: the 3 steps) and the learning rates (the first only).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def smoke_preset(pre: RecallPreset) -> RecallPreset:
                                 patience=0, min_steps=0, precision="fp32")
     tasks = tuple(dataclasses.replace(t, n_train=0, sweep=tuple({k: v for k, v in s.items() if k != "n_train"}
                                                                  for s in t.sweep)) for t in pre.tasks)
-    return dataclasses.replace(pre, data=DataConfig(n_train=8, n_val=4, n_test=4, seed=pre.data.seed), train=train,
+    return dataclasses.replace(pre, data=DataConfig(n_train=8, n_val=4, n_test=4, seed=pre.data.seed), train=train, epochs=0,
                                learning_rates=pre.learning_rates[:1], tasks=tasks, setting=f"{pre.key}-smoke")
 
 
@@ -77,7 +77,7 @@ def run_smoke(pre: RecallPreset, mixers: Sequence[Mixer], *, sweep: bool = False
                 T = x.shape[1]
                 flops = train_flops(lambda net=model: F.cross_entropy(net(x).flatten(0, 1), y.flatten(),
                                                                       ignore_index=-100).backward())
-                cost = FullRunCost(pre.train.steps * len(pre.learning_rates), pre.train.batch_size * T, "tokens",
+                cost = FullRunCost(pre.steps(point) * len(pre.learning_rates), pre.train.batch_size * T, "tokens",
                                    flops / T)
                 cells += len(pre.learning_rates)
                 console.print(f"  {escape(point.label):<28} {escape(m.label):<22} {n / 1e3:9.0f} k parameters · "

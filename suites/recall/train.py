@@ -89,7 +89,7 @@ def plan_cells(pre: RecallPreset, mixers: Sequence[Mixer], points: Sequence[Poin
                 for seed in seeds:
                     params = {"seed": seed, "preset": pre.name, "task_params": point.params, "hidden": point.hidden,
                               "n_train": point.n_train,
-                              "lr": lr, "steps": pre.train.steps, "batch_size": pre.train.batch_size,
+                              "lr": lr, "steps": pre.steps(point), "batch_size": pre.train.batch_size,
                               "identity": pre.identity_hash()}
                     options = m.variant.options()
                     h = point_hash(suite=SUITE, setting=pre.key, task=point.label, attention=m.label, options=options,
@@ -125,7 +125,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits: dict[str, recall_data.Spli
         acc, _, vloss = accuracy(net, val, batch=eval_batch, dist=dist, device=device)
         return {"accuracy": acc, "loss": vloss}
 
-    tcfg = dataclasses.replace(pre.train, lr=plan.lr)
+    tcfg = dataclasses.replace(pre.train, lr=plan.lr, steps=pre.steps(plan.point))
     ckpt = Path(work) / "checkpoints" / pre.key.replace("/", "_") / f"{cell.config_hash}.pt"
     seq_len = train_split.inputs.shape[1]
     result = train(model, tcfg, TrainTask(batch, loss, validate, unit="tokens", per_sample=seq_len),
@@ -202,7 +202,8 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
         work = run.work
         applicable = [m for m in mixers if m.variant is not None]
         run.say(f"[bold]recall[/] {pre.key}: {len(applicable)} mixer(s) × {len(pre.learning_rates)} learning "
-                f"rate(s) × {len(points)} point(s) · seed {','.join(map(str, seeds))} · {pre.train.steps} steps × "
+                f"rate(s) × {len(points)} point(s) · seed {','.join(map(str, seeds))} · "
+                + (f"{pre.epochs} epochs" if pre.epochs else f"{pre.train.steps} steps") + " × "
                 f"{pre.train.batch_size} · {device}" + (f" · {dist.world} processes" if dist.enabled else ""))
         cells = plan_cells(pre, mixers, points, seeds=seeds, device=device.type)
         skipped = [Outcome(Cell(task=p.label, attention=m.label, config_hash=""), CellResult("skipped"),
