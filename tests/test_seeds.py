@@ -111,7 +111,7 @@ def test_the_committed_seed_files_render_as_mean_and_seed_interval():
     boards = _render("mixa", committed_records("mixa")).split("#### ")
     deep = next(b for b in boards if b.startswith("mixa — mixa/tiny-deep"))
     row = next(ln for ln in deep.splitlines() if ln.startswith("| mixa |"))
-    assert "(seeds ± 1.06, n=3)" in row and "seed 2: softmax-" in deep  # results/mixa/README.md: 95.06 ± 1.06
+    assert "94.69 ± 2.7 (seeds ± 8.30, n=3)" in row and "seed 2: softmax-" in deep  # results/mixa/README.md: 94.69 ± 8.30
     tiny = [b for b in boards if b.startswith("mixa — mixa/tiny ·")]
     rows = sorted(next(ln for ln in b.splitlines() if ln.startswith("| mixa |")) for b in tiny)
     assert len(tiny) == 2 and "91.11" in rows[0] and "(seeds ± 4.71, n=2)" in rows[1]
