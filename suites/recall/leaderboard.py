@@ -167,11 +167,13 @@ def plot_recall(source: Source, out_dir: Path, prefix: str = "recall") -> list[P
     written = []
     for (setting, device, params, n_train), lines in sorted(panels.items()):
         fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        for mx, pts in sorted(lines.items()):
+        colors = plt.get_cmap("tab20")
+        for i, (mx, pts) in enumerate(sorted(lines.items())):   # 20 colours x 4 markers: every mixer its own
             pts.sort()
             kv = any(g for _, _, g in pts)
-            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="s" if kv else "o", linewidth=1.2,
-                    linestyle="--" if kv else "-", label=mx + (" (KV cache)" if kv else ""))
+            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="s" if kv else "o^vD"[i // 20 % 4],
+                    color=colors(i % 20), linewidth=1.2, linestyle="--" if kv else "-",
+                    label=mx + (" (KV cache)" if kv else ""))
         ax.set_xscale("log")
         ax.set_xlabel("state size per layer (numbers per sequence)")
         ax.set_ylabel("test accuracy over the asked positions (%)")
