@@ -66,8 +66,8 @@ def test_generators_are_deterministic_by_seed():
     (dict(num_kv_pairs=20, seq_len=64), "num_kv_pairs=20 needs seq_len >= 80"),
     (dict(seq_len=63, vocab_size=256), "seq_len must be even"),
     (dict(vocab_size=32, seq_len=64), "vocab_size must exceed seq_len"),
-    (dict(pairs=3), "unknown parameter 'pairs'"),
-    (dict(num_kv_pairs=4.0), "parameter 'num_kv_pairs' must be int"),
+    (dict(pairs=3), "recall task mqar got unknown option\\(s\\) 'pairs'"),
+    (dict(num_kv_pairs=4.0), "recall task mqar: option num_kv_pairs=4.0 must be a int"),
 ])
 def test_bad_mqar_parameters_are_one_line_errors(params, match):
     with pytest.raises(AttnbenchError, match=match) as e:

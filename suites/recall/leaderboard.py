@@ -23,7 +23,7 @@ from attnbench.api.registry import get_attention, names
 from attnbench.results.records import Measurement
 from attnbench.views.compare import metric, separation
 from attnbench.views.rows import aggregate, board_title, fmt_seeds, seed_note, seed_rows, slug, unfinished_caption
-from attnbench.views.sources import Source, commits_of, latest
+from attnbench.views.sources import Source, commits_of
 from attnbench.views.tables import table_view
 
 
@@ -33,30 +33,26 @@ def _val(rs: list[Measurement]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def best_rows(records: Iterable[Measurement]) -> dict[tuple, dict[str, list[Measurement]]]:
-    """``(setting, device, task) -> {mixer: its records (one per seed) at its best learning rate}``; the best rate
-    is the one with the highest mean validation accuracy over its seeds."""
-    by_rate = seed_rows(records, key=lambda r: (r.attention, r.params.get("lr")))
+def by_rate(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float, list[Measurement]]]]:
+    """``(setting, device, task) -> {mixer: {learning rate: its records, one per seed}}``."""
     out: dict[tuple, dict[str, dict]] = {}
-    for (setting, device, _dtype, task, (mixer, lr)), rs in by_rate.items():
+    for (setting, device, _dtype, task, (mixer, lr)), rs in seed_rows(
+            records, key=lambda r: (r.attention, r.params.get("lr"))).items():
         out.setdefault((setting, device, task), {}).setdefault(mixer, {})[lr] = rs
+    return out
+
+
+def best_rows(grouped: dict[tuple, dict[str, dict[float, list[Measurement]]]]) -> dict[tuple, dict[str, list]]:
+    """Of :func:`by_rate`'s groups, each mixer's records at its best learning rate: the one with the highest mean
+    validation accuracy over its seeds."""
     best: dict[tuple, dict[str, list[Measurement]]] = {}
-    for key, mixers in out.items():
+    for key, mixers in grouped.items():
         best[key] = {}
         for mixer, rates in mixers.items():
             scored = [(v, lr) for lr, rs in rates.items() if (v := _val(rs)) is not None]
             lr = max(scored)[1] if scored else next(iter(rates))
             best[key][mixer] = rates[lr]
     return best
-
-
-def rates_of(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float, float | None]]]:
-    """``(setting, device, task) -> {mixer: {lr: mean validation accuracy}}``."""
-    out: dict[tuple, dict[str, dict]] = {}
-    for (setting, device, _d, task, (mixer, lr)), rs in seed_rows(
-            records, key=lambda r: (r.attention, r.params.get("lr"))).items():
-        out.setdefault((setting, device, task), {}).setdefault(mixer, {})[lr] = _val(rs)
-    return out
 
 
 def order_stability(rows: dict[str, list[Measurement]]) -> str:
@@ -97,9 +93,8 @@ def _fmt_lr(lr) -> str:
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str):
-    records = list(records)
-    best = best_rows(records)
-    rates = rates_of(records)
+    grouped = by_rate(records)
+    best = best_rows(grouped)
     out = []
     for (setting, device, task), rows in sorted(best.items()):
         stats = {mx: aggregate(rs, "score") for mx, rs in rows.items()}
@@ -113,7 +108,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                 table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
                 continue
             m = ok[-1].metrics
-            by_lr = rates.get((setting, device, task), {}).get(mx, {})
+            by_lr = {lr: _val(rs_lr) for lr, rs_lr in grouped[(setting, device, task)][mx].items()}
             scan = " · ".join(f"{_fmt_lr(lr)}: {100 * v:.1f}" if v is not None else f"{_fmt_lr(lr)}: -"
                               for lr, v in sorted(by_lr.items(), key=lambda kv: kv[0] or 0))
             table.append([mx, fmt_seeds(stats[mx]), _fmt_lr(ok[-1].params.get("lr")), scan, _state(m),
@@ -152,7 +147,7 @@ def plot_recall(source: Source, out_dir: Path, prefix: str = "recall") -> list[P
     import matplotlib.pyplot as plt
 
     panels: dict[tuple, dict[str, list[tuple[float, float, bool]]]] = {}
-    for (setting, device, _task), rows in best_rows(latest(source.records, preferred=("ok",))).items():
+    for (setting, device, _task), rows in best_rows(by_rate(source.records)).items():
         for mx, rs in rows.items():
             st = aggregate(rs, "score")
             ok = [r for r in rs if r.status == "ok"]

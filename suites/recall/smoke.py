@@ -21,7 +21,7 @@ from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flop
 from .config import DataConfig, Mixer, RecallPreset
 from .model import build_model
 from .tasks import generate
-from .train import run_recall
+from .train import masked_loss, run_recall
 
 SMOKE_STEPS = 3
 SMOKE_BATCH = 2
@@ -42,7 +42,6 @@ def run_smoke(pre: RecallPreset, mixers: Sequence[Mixer], *, sweep: bool = False
               db: Optional[str] = None, out: Optional[str] = None, console=None, gpu: str = "H100") -> int:
     """Run the smoke (see the module docstring); returns the exit code (0 ok, 1 a step failed or did not resume)."""
     import torch
-    import torch.nn.functional as F
     from rich.console import Console
     from rich.markup import escape
 
@@ -75,8 +74,7 @@ def run_smoke(pre: RecallPreset, mixers: Sequence[Mixer], *, sweep: bool = False
                 model = build_model(cfg, point.task)
                 n = sum(p.numel() for p in model.parameters())
                 T = x.shape[1]
-                flops = train_flops(lambda net=model: F.cross_entropy(net(x).flatten(0, 1), y.flatten(),
-                                                                      ignore_index=-100).backward())
+                flops = train_flops(lambda net=model: masked_loss(net(x), y).backward())
                 cost = FullRunCost(pre.steps(point) * len(pre.learning_rates), pre.train.batch_size * T, "tokens",
                                    flops / T)
                 cells += len(pre.learning_rates)

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from attnbench.api.options import check_options
 from attnbench.core.errors import AttnbenchError
 
 IGNORE = -100
@@ -288,15 +289,7 @@ def generate(task: str, n: int, params: dict, seed: int, training: bool = True) 
         close = difflib.get_close_matches(task, TASKS, n=1)
         raise AttnbenchError(f"unknown recall task {task!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                              + f" (tasks: {', '.join(TASKS)})")
-    allowed = task_parameters(task)
-    for k, v in params.items():
-        if k not in allowed:
-            raise AttnbenchError(f"recall task {task}: unknown parameter {k!r} (parameters: {', '.join(allowed)})")
-        d = allowed[k]
-        if type(d) is float and isinstance(v, int) and not isinstance(v, bool):
-            continue
-        if type(v) is not type(d):
-            raise AttnbenchError(f"recall task {task}: parameter {k!r} must be {type(d).__name__}, got {v!r}")
+    params = check_options(f"recall task {task}", params, task_parameters(task))
     return TASKS[task](n, **params, seed=seed, training=training)
 
 

@@ -29,7 +29,7 @@ from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, Sweep
 from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
-from attnbench.ops.forms import resolve_impl
+from attnbench.ops.delta import resolve_delta_impl
 from attnbench.results.records import point_hash
 
 from . import data as recall_data
@@ -162,7 +162,7 @@ def _impl(mixer, cfg, device: torch.device) -> str:
         return mixer.mech.resolve_impl(device)
     if cfg.layer == "mamba":
         return "recurrent"
-    return resolve_impl("delta_rule", device, cfg.delta_impl)
+    return resolve_delta_impl(device, cfg.delta_impl)
 
 
 def _data_for(pre: RecallPreset, point: Point, cache: Path, dist: Dist) -> dict[str, recall_data.Split]:
