@@ -333,3 +333,21 @@ def test_gpu_presets_smoke_on_the_cpu(preset, attn, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.count("full run:") == len(load_preset(preset).points()) * len(attn.split(","))
+
+
+@pytest.mark.parametrize("layer,extra", [("transformer", {"attention": "nala"}), ("deltanet", {}), ("mamba", {})])
+def test_the_block_convolution_carries_its_window_token_by_token(layer, extra):
+    """``LMConfig.block_conv`` (the short convolution before every mixer): a sequence fed token by token through the
+    caches equals one forward pass over it, in float64."""
+    from attnbench.models.lm import LMConfig, build_lm
+
+    cfg = LMConfig(layer=layer, vocab_size=50, hidden=32, layers=2, heads=2, head_dim=16, block_conv=3, **extra)
+    torch.manual_seed(0)
+    model = build_lm(cfg).double()
+    ids = torch.randint(0, 50, (2, 9))
+    full, caches, steps = model(ids), model.init_caches(), []
+    for t in range(ids.shape[1]):
+        out, caches = model(ids[:, t:t + 1], caches=caches)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-10, atol=1e-12)
+    assert all("block_conv" in c for c in caches)
