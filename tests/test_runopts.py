@@ -134,6 +134,9 @@ def test_threads_is_set_for_the_run_and_reaches_every_record(tmp_path):
         (run,) = s.runs()
     assert m.status == "ok" and m.metrics["threads"] == want
     assert run["host"]["threads"] == want  # the run's environment names it too
+    # the machine line and the GFLOP/s stored with the run are measured at the run's count, not torch's default
+    assert f"{want} thread(s)" in r.output, r.output[:500]
+    assert run["host"]["machine"]["torch_threads"] == want
 
 
 def test_mixa_takes_nproc_and_launcher_to_torchrun_and_the_job_launcher(tmp_path, monkeypatch):

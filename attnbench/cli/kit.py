@@ -205,15 +205,16 @@ def dispatch(opts, *, work) -> Optional[int]:
     return dist.relaunch_under_torchrun(opts.nproc, argv_tail(), console=console)
 
 
-def machine_line() -> None:
-    """Measure this machine (CPU model, ISA, fp32 matmul GFLOP/s; ~0.3 s) and print its line, once per run (rank
-    0 under torchrun); the records of the run carry the measured GFLOP/s, so every table names its machine."""
+def machine_line(threads: Optional[int] = None) -> None:
+    """Measure this machine (CPU model, ISA, fp32 matmul GFLOP/s; ~0.3 s) with the run's ``threads`` (its
+    ``--threads``; None: torch's current count) and print its line, once per run (rank 0 under torchrun); the
+    records of the run carry the measured GFLOP/s, so every table names its machine at the run's thread count."""
     import os
 
     from rich.markup import escape
 
     if os.environ.get("RANK", "0") == "0":
-        console.print(escape(provenance.machine_line(provenance.machine())))
+        console.print(escape(provenance.machine_line(provenance.machine(threads=threads))))
 
 
 def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str] = None, opts=None,
@@ -231,7 +232,7 @@ def finish(run: Callable[[], Any], *, suite: str, setting: str, db: Optional[str
         rc = dispatch(opts, work=opts.work(suite)) if opts is not None else None
         if rc is None:
             if machine:
-                machine_line()
+                machine_line(opts.threads if opts is not None else None)
             summary = run()
             code = summary if isinstance(summary, int) else summary.exit_code()
             if dist.under_torchrun():
