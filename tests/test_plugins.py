@@ -27,23 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_attention.py"
 
 
-@pytest.fixture
-def fresh(monkeypatch):
-    """The registry and the plug-in state as they are now, restored after the test; ATTNBENCH_PLUGINS unset."""
-    registry._ensure_loaded()
-    monkeypatch.setattr(registry, "_ATTENTIONS", dict(registry._ATTENTIONS))
-    monkeypatch.setattr(registry, "_FEATURE_MAPS", dict(registry._FEATURE_MAPS))
-    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
-    for name in ("_BY_MODULE", "_REGISTERED"):   # the registry's bookkeeping of where each class came from
-        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
-    monkeypatch.setattr(registry, "_LOADING", [])
-    monkeypatch.setattr(plugins, "_ENTRY_POINTS_DONE", True)
-    monkeypatch.setenv(plugins.ENV, "")
-    monkeypatch.setattr(plugins, "_ENV_DONE", "")
-    monkeypatch.delenv(plugins.TRACEBACK_ENV, raising=False)
-    return monkeypatch
-
-
 def write(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body))
     return path

@@ -21,7 +21,8 @@ class Suite:
     functions; ``ingest``: ``(path, store) -> message | None`` for a results file format of the suite's own (None:
     not that format), tried by ``attnbench ingest`` after the store's own formats; ``load_preset``: ``(name or
     .toml path) -> preset``, for another suite's preset that names one of this suite's (``vision = "tiny"``, see
-    :func:`attnbench.engine.presets.load`), so that suite need not import this one.
+    :func:`attnbench.engine.presets.load`), so that suite need not import this one; ``top_level``: its ``run`` is the
+    command ``attnbench <name>`` rather than ``attnbench run <name>`` (the doctor).
     A suite's ``__init__`` must stay cheap to import (no torch): every CLI invocation discovers all suites.
     """
 
@@ -33,6 +34,7 @@ class Suite:
     data: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     ingest: Optional[Callable[..., Optional[str]]] = None
     load_preset: Optional[Callable[[str], Any]] = None
+    top_level: bool = False
 
 
 _SUITES: dict[str, Suite] = {}

@@ -105,7 +105,7 @@ def agreement(fast, reference, inputs: list[torch.Tensor], *, dtype: torch.dtype
     return compare(fast_out, ref_low, ref64, names=names, dtype=dtype, floor=floor)
 
 
-def _judge_module(module, fast, inputs: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype, *,
+def judge_module(module, fast, inputs: list[torch.Tensor], weight: torch.Tensor | None, dtype: torch.dtype, *,
                   floor: float | None = None) -> Agreement:
     """:func:`agreement` for an attention module: ``fast`` and ``module.reference`` in ``dtype`` against the
     reference of the module's float64 copy on the float64 ``inputs``; gradients with respect to q, k, v and every
@@ -145,17 +145,19 @@ def _not_run(name: str, causal: bool, impl: str, seq_len: int, dtype: torch.dtyp
 
 
 def verify(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dtype = torch.float64,
-           heads: int = 2, head_dim: int = 8, batch: int = 2, seed: int = 0) -> Verdict:
+           heads: int = 2, head_dim: int = 8, batch: int = 2, seed: int = 0, device: str | None = None) -> Verdict:
     """``impl`` of ``name`` against its reference under the tolerance policy: the fast form and the reference in
     ``dtype`` against the reference in float64 (the module's float64 copy) on the same inputs, forward and
-    the gradients with respect to q, k, v and every parameter. A form that cannot run here is ``skipped``, a
-    crash is ``error`` (a row of ``attnbench check``, not a traceback)."""
+    the gradients with respect to q, k, v and every parameter. ``device``: where every form runs (default: the
+    CPU, and CUDA for a GPU-only impl when there is one). A form that cannot run here is ``skipped``, a crash is
+    ``error`` (a row of ``attnbench check``, not a traceback)."""
     cls = registry.get_attention(name)
     if impl in cls.gpu_only_impls and dtype == torch.float64:
         dtype = torch.float32  # Triton kernels compute in fp32 at most
-    if impl in cls.gpu_only_impls and not triton_usable(torch.device("cpu")) and not torch.cuda.is_available():
+    if device is None:
+        device = "cuda" if impl in cls.gpu_only_impls and torch.cuda.is_available() else "cpu"
+    if impl in cls.gpu_only_impls and not triton_usable(torch.device(device)):
         return _not_run(name, causal, impl, seq_len, dtype, "skipped", "needs CUDA")
-    device = "cuda" if impl in cls.gpu_only_impls and torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     try:
         module = Spec.make(name).build(seq_len=seq_len, heads=heads, head_dim=head_dim, causal=causal,
@@ -163,7 +165,7 @@ def verify(name: str, *, causal: bool, impl: str, seq_len: int, dtype: torch.dty
         gen = torch.Generator().manual_seed(seed)
         qkv = [torch.randn(batch, heads, seq_len, head_dim, generator=gen, dtype=torch.float64).to(device)
                for _ in range(3)]
-        a = _judge_module(module, lambda *x: module.run(impl, *x), qkv, _weight(qkv[0], qkv[2]), dtype)
+        a = judge_module(module, lambda *x: module.run(impl, *x), qkv, _weight(qkv[0], qkv[2]), dtype)
     except UnsupportedError as e:
         return _not_run(name, causal, impl, seq_len, dtype, "skipped", str(e))
     except Exception as e:  # a crash is a failed check, reported in the table, not a traceback
@@ -188,7 +190,7 @@ def verify_resolved(name: str, *, heads: int, head_dim: int, causal: bool, dtype
     shape = (batch, heads, seq_len, head_dim)
     base = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3)]
     g64 = torch.randn(shape, generator=gen, dtype=torch.float64).to(device)
-    a = _judge_module(module, module, [t.to(device) for t in base], g64 if grads else None, dtype, floor=floor)
+    a = judge_module(module, module, [t.to(device) for t in base], g64 if grads else None, dtype, floor=floor)
     v = _verdict(name, causal, resolved, seq_len, a)
     if not a.ok:
         v.detail = f"{a.describe()} at N={seq_len} (impl={resolved})"
@@ -196,19 +198,20 @@ def verify_resolved(name: str, *, heads: int, head_dim: int, causal: bool, dtype
 
 
 def verify_delta_rule(name: str, *, impl: str, seq_len: int, dtype: torch.dtype = torch.float64, heads: int = 2,
-                      head_dim: int = 8, batch: int = 2, seed: int = 0) -> Verdict:
+                      head_dim: int = 8, batch: int = 2, seed: int = 0, device: str | None = None) -> Verdict:
     """``attnbench.ops.delta_rule(impl=...)`` against :func:`~attnbench.ops.delta.delta_rule_recurrent`, forward
     and the gradients with respect to q, k, v, beta (and g), at stable inputs (L2-normalised k, beta in (0, 1));
     chunks of 16 so that the longer lengths span several. Under the tolerance policy: the recurrence in ``dtype``
     is the ruler, the recurrence in float64 the ground truth (in float64 they are one: the bound is the floor).
-    FLA's kernels (``fla``) need CUDA and run in bf16."""
+    FLA's kernels (``fla``) need CUDA and run in bf16 (fp16 too where asked); ``device``: where the torch forms
+    run (default: the CPU)."""
 
     if impl == "fla":
         if not torch.cuda.is_available():
             return _not_run(name, True, impl, seq_len, torch.bfloat16, "skipped", "needs CUDA")
-        dtype, device = torch.bfloat16, "cuda"
+        dtype, device = (dtype if dtype in (torch.float16, torch.bfloat16) else torch.bfloat16), "cuda"
     else:
-        device = "cpu"
+        device = device or "cpu"
     gen = torch.Generator().manual_seed(seed)
     shape = (batch, heads, seq_len, head_dim)
     q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3))
@@ -231,17 +234,21 @@ def verify_delta_rule(name: str, *, impl: str, seq_len: int, dtype: torch.dtype 
     return _verdict(name, True, impl, seq_len, a)
 
 
+CHECK_DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}
+
+
 def verify_all(names: list[str] | None = None, *, dtype: str = "float64",
-               lengths: tuple[int, ...] = CHECK_LENGTHS) -> list[Verdict]:
+               lengths: tuple[int, ...] = CHECK_LENGTHS, device: str | None = None) -> list[Verdict]:
     """``attnbench check``: every impl of the named mechanisms (default: all, then the delta-rule ops) at
-    ``lengths``."""
-    torch_dtype = {"float64": torch.float64, "float32": torch.float32}.get(dtype)
+    ``lengths``; ``device`` as :func:`verify` takes it (``attnbench doctor``: CUDA, in each half precision too)."""
+    torch_dtype = CHECK_DTYPES.get(dtype)
     if torch_dtype is None:
-        raise AttnbenchError(f"check: argument 'dtype' must be float64 or float32, got {dtype!r}")
+        raise AttnbenchError(f"check: argument 'dtype' must be one of {', '.join(CHECK_DTYPES)}, got {dtype!r}")
     rows = []
     for name in names or registry.names() + list(DELTA_OPS):
         if name in DELTA_OPS:
-            rows += [verify_delta_rule(name, impl=impl, seq_len=n, dtype=torch_dtype)
+            rows += [verify_delta_rule(name, impl=impl, seq_len=n, dtype=torch_dtype, device=device)
                      for impl in ("torch", "fla") for n in lengths]
             continue
         if name not in registry.names():
@@ -252,7 +259,7 @@ def verify_all(names: list[str] | None = None, *, dtype: str = "float64",
         for causal in forms:
             for impl in runnable_impls(cls, causal):
                 for n in lengths:
-                    rows.append(verify(name, causal=causal, impl=impl, seq_len=n, dtype=torch_dtype))
+                    rows.append(verify(name, causal=causal, impl=impl, seq_len=n, dtype=torch_dtype, device=device))
     return rows
 
 

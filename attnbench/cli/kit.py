@@ -30,6 +30,8 @@ if not sys.stderr.isatty():  # progress bars of libraries (lm-eval, datasets) wo
     os.environ.setdefault("TQDM_DISABLE", "1")
 
 DB_HELP = "results store (default: $ATTNBENCH_DB, else results/attnbench.db at the project root)"
+PLUGIN_HELP = ("a plug-in: a Python file (my_attn.py) or a dotted module whose classes register attentions or "
+               "feature maps (repeatable; also ATTNBENCH_PLUGINS and the attnbench.attentions entry points)")
 ATTN_HELP = ("comma-separated attention specs: a registered name, optionally with options as name:key=value"
              ":key=value (e.g. nala:lam=2,mirrorla); `attnbench list` shows every name and option")
 

@@ -9,7 +9,7 @@ import typer
 from attnbench.api import catalog, plugins, registry
 from attnbench.api import suites as suite_registry
 from attnbench.cli import kit as clikit
-from attnbench.cli.kit import DB_HELP, console, fail
+from attnbench.cli.kit import DB_HELP, PLUGIN_HELP, console, fail
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
 from attnbench.results.ingest import ingest
@@ -33,20 +33,18 @@ app.add_typer(data_app, name="data")
 
 
 def _add_suite_commands() -> None:
-    """``attnbench run <suite>``, ``attnbench eval <suite>`` and ``attnbench data <command>`` of every registered
-    suite."""
+    """``attnbench run <suite>`` (``attnbench <suite>`` for a top-level one), ``attnbench eval <suite>`` and
+    ``attnbench data <command>`` of every registered suite."""
     for name in suite_registry.suite_names():
         suite = suite_registry.get_suite(name)
         if suite.run is not None:
-            run_app.command(name, help=suite.help)(suite.run)
+            (app if suite.top_level else run_app).command(name, help=suite.help)(suite.run)
         if suite.evaluate is not None:
             eval_app.command(name)(suite.evaluate)
         for command, fn in suite.data.items():
             data_app.command(command)(fn)
 
 
-PLUGIN_HELP = ("a plug-in: a Python file (my_attn.py) or a dotted module whose classes register attentions or "
-               "feature maps (repeatable; also ATTNBENCH_PLUGINS and the attnbench.attentions entry points)")
 
 
 def _activate_plugins(sources: Optional[list[str]]) -> list:
@@ -90,7 +88,7 @@ def list_cmd(fmt: str = typer.Option("auto", "--format", help="table, md, tsv or
 
 @app.command("check")
 def check_cmd(attn: Optional[str] = typer.Option(None, "--attn", help="comma-separated names (default: all)"),
-              dtype: str = typer.Option("float64", help="float64 or float32"),
+              dtype: str = typer.Option("float64", help="float64, float32, float16 or bfloat16"),
               interpret: bool = clikit.flag(False, "--interpret", help="run the Triton kernels on the CPU "
                                              "under Triton's interpreter (slow; no GPU needed)"),
               fmt: str = typer.Option("auto", "--format", help="table, md, tsv or json (auto: table on a "

@@ -56,6 +56,22 @@ class FullRunCost:
                 f"(bf16 at {mfu:.0%} of its {peak:.0f} TFLOP/s; matmul FLOPs only)")
 
 
+def smoke_precision(precision: str) -> str:
+    """The precision a smoke trains in: the preset's own on a GPU (bf16 / fp16 autocast, what its full run uses, so
+    a GPU smoke proves that path), float32 on the CPU (autocast is CUDA-only here)."""
+    import torch
+
+    return precision if torch.cuda.is_available() else "fp32"
+
+
+def smoke_where(precision: str = "fp32") -> str:
+    """``"float32, CPU"`` or ``"bf16 autocast, CUDA"``: how and where a smoke trains, for its first line."""
+    import torch
+
+    p = smoke_precision(precision)
+    return f"{'float32' if p == 'fp32' else p + ' autocast'}, {'CUDA' if torch.cuda.is_available() else 'CPU'}"
+
+
 def train_flops(step: Callable[[], Any]) -> int:
     """FLOPs of one forward + backward, as ``torch.utils.flop_counter`` counts them: ``step`` runs both."""
     from attnbench.measure.flops import count_flops  # brings torch: imported when a smoke counts its FLOPs

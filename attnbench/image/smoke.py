@@ -4,10 +4,11 @@ preset's real format, with the training shortened.
 The data: CIFAR's python pickles (``cifar-10-batches-py/`` or ``cifar-100-python/``) or an ImageFolder of JPEGs at
 the preset's resolution under the real class names (ImageNet-100: the CMC list in ``classlists/``; ImageNet-1k:
 the 1000 ILSVRC-2012 synsets timm ships; a class-list file: its names); the offline ``digits`` needs none.
-What the smoke shortens (:func:`smoke_preset`): 2 steps at a batch of 2 in float32, data-loader workers at most
-1, evaluations on the first 4 images, the resolution sweep at the first of the preset's resolutions other than
-the training one (the position embedding resampled) at batch 1, a validation carve of 1 image per class (2
-images for CIFAR). :func:`full_run_cost`: the full run's cost (:class:`attnbench.engine.smoke.FullRunCost`).
+What the smoke shortens (:func:`smoke_preset`): 2 steps at a batch of 2 (float32 on the CPU, the preset's precision on
+a GPU), data-loader workers at most 1, evaluations on the first 4 images, the resolution sweep at the first of the
+preset's resolutions other than the training one (the position embedding resampled) at batch 1, a validation carve of
+1 image per class (2 images for CIFAR). :func:`full_run_cost`: the full run's cost
+(:class:`attnbench.engine.smoke.FullRunCost`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from attnbench.engine.smoke import FullRunCost, train_flops
+from attnbench.engine.smoke import FullRunCost, smoke_precision, train_flops
 from attnbench.engine.train.config import TrainConfig
 from attnbench.image import data as vd
 from attnbench.image.classify import build_classifier
@@ -122,9 +123,11 @@ def write_data(pre, root: Path) -> Optional[Path]:
 # ------------------------------------------------------------------------------------------- smoke preset
 def smoke_train(cfg: TrainConfig) -> TrainConfig:
     """A training config shortened for a smoke run: :data:`SMOKE_STEPS` steps at a batch of :data:`SMOKE_BATCH`
-    in float32, a checkpoint every step, one evaluation at the end; the schedule's kind and the rest kept."""
+    (float32 on the CPU, the preset's own precision on a GPU), a checkpoint every step, one evaluation at the end;
+    the schedule's kind and the rest kept."""
     return dataclasses.replace(cfg, steps=SMOKE_STEPS, batch_size=SMOKE_BATCH, micro_batch_size=1 if
-                               cfg.micro_batch_size else 0, precision="fp32", warmup=1 if cfg.warmup else 0,
+                               cfg.micro_batch_size else 0, precision=smoke_precision(cfg.precision),
+                               warmup=1 if cfg.warmup else 0,
                                eval_every=SMOKE_STEPS, checkpoint_every=1, patience=0, min_steps=0)
 
 

@@ -61,6 +61,43 @@ def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
     return resolve_impl("delta_rule", device, impl)
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """``"3.6.0+git1a2b"`` -> ``(3, 6, 0)``."""
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[int, int] | None = None,
+                               triton_version: str | None = None, tilelang: bool | None = None) -> str | None:
+    """Why FLA will refuse the gated delta rule's backward on ``device``, as one line with its remedy (None: it
+    will not). FLA raises inside the backward of its gated ``chunk_bwd_dqkwg`` on Hopper GPUs with Triton >= 3.4.0
+    and < 3.7.1 unless tilelang is installed (its issue 640: wrong gradients there), so a Gated DeltaNet run
+    would stop at its first step; runs check this before they start. The keywords stand in for this machine's
+    GPU, Triton and tilelang (tests)."""
+    if torch.device(device).type != "cuda":
+        return None
+    if capability is None:
+        capability = torch.cuda.get_device_capability(device)
+    if triton_version is None:
+        try:
+            import triton
+        except ImportError:
+            return None
+        triton_version = triton.__version__
+    if tilelang is None:
+        import importlib.util
+
+        tilelang = importlib.util.find_spec("tilelang") is not None
+    if capability[0] != 9 or tilelang or not (3, 4, 0) <= _version(triton_version) < (3, 7, 1):
+        return None
+    return (f"FLA refuses Gated DeltaNet's backward on Hopper (sm_{capability[0]}{capability[1]}) with Triton "
+            f"{triton_version} (FLA issue 640: Triton >= 3.4.0 and < 3.7.1 computes its gated gradients wrongly): "
+            "training gated_deltanet stops here; pip install 'triton>=3.7.1' or tilelang")
+
+
 def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:
     """Clear errors naming the bad argument, before any einsum sees it."""
     name = "delta_rule"

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 from attnbench.api.spec import as_specs, parse_spec
-from attnbench.engine.smoke import FullRunCost, StopOnce, first_failure, smoke_dirs, train_flops
+from attnbench.engine.smoke import FullRunCost, StopOnce, first_failure, smoke_dirs, smoke_where, train_flops
 from attnbench.image import smoke as vsmoke
 from attnbench.image.classify import build_classifier
 from attnbench.image.smoke import full_run_cost, smoke_train
@@ -67,7 +67,7 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
         console.print(f"[bold]adala {escape(pre.key)} smoke[/]: students {', '.join(s.label for s in specs)}; "
                       f"teacher {escape(vpre.key)} ({vpre.model.size} ViT, {vpre.data.image_size}x"
                       f"{vpre.data.image_size}); stages 1, 2, 3 of {vsmoke.SMOKE_STEPS} steps at batch "
-                      f"{vsmoke.SMOKE_BATCH}, float32, CPU; store {escape(d.db)}")
+                      f"{vsmoke.SMOKE_BATCH}, {smoke_where()}; store {escape(d.db)}")
         stop = StopOnce(at=2)
         kw = dict(attentions=specs, preset=small, vision=vsmall, stages="1,2,3",
                   data_dir=str(data_dir) if data_dir else None, seed=seed, db=d.db, out=str(d.work),
@@ -100,5 +100,5 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
                     console.print(f"  {what}: {escape(cost.line(gpu))}")
                 continue
             console.print(f"  {escape(spec.label)} {what}: {escape(cost.line(gpu))}")
-    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its whole pipeline on the CPU")
+    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its whole pipeline")
     return 0

@@ -5,18 +5,18 @@ A JSONL corpus is written into a temporary directory and read the way ``--data c
 vocabulary (a hub tokenizer, unreachable offline, is replaced by a byte-level BPE trained here to the size the
 preset states, so the embedding and output layers have their real size) and the splits are packed into windows;
 each variant's model is built at the preset's full size and trained by the preset's recipe (optimizer, schedule,
-clipping, gradient accumulation, the NaN and divergence guards) for 3 steps at a batch of 2 in float32, validated,
-checkpointed at step 1, stopped inside step 2 and resumed from that checkpoint, scored on the test split, written
-as an artifact and scored by lm-eval on the local held-out tasks (a few documents). Then one line per variant:
+clipping, gradient accumulation, the NaN and divergence guards) for 3 steps at a batch of 2 (float32 on the CPU),
+validated, checkpointed at step 1, stopped inside step 2 and resumed from that checkpoint, scored on the test split,
+written as an artifact and scored by lm-eval on the local held-out tasks (a few documents). Then one line per variant:
 its parameters and the full run's cost (:class:`attnbench.engine.smoke.FullRunCost`).
 
-What the smoke changes: steps (3), batch (2; micro-batches of 1 when the preset accumulates), precision (float32),
-the split fractions (3% each for validation and test: a dozen short documents each), the windows per
-validation (4), lm-eval's tasks (the two local ones when the preset's need the hub) and documents (2), and
-sequences longer than :data:`MAX_SMOKE_SEQ` tokens (shortened to it: a full-length step of the 340M models on
-two CPU cores takes minutes). The per-token FLOPs of the cost line are counted at the smoke's length: the delta
-rule is linear in the length, so a token costs the same at the full length (chunks of 64 tokens or fewer fill
-at either length).
+What the smoke changes: steps (3), batch (2; micro-batches of 1 when the preset accumulates), precision (float32 on
+the CPU, the preset's own on a GPU: :func:`attnbench.engine.smoke.smoke_precision`), the split fractions (3% each for
+validation and test: a dozen short documents each), the windows per validation (4), lm-eval's tasks (the two local
+ones when the preset's need the hub) and documents (2), and sequences longer than :data:`MAX_SMOKE_SEQ` tokens
+(shortened to it: a full-length step of the 340M models on two CPU cores takes minutes). The per-token FLOPs of the
+cost line are counted at the smoke's length: the delta rule is linear in the length, so a token costs the same at the
+full length (chunks of 64 tokens or fewer fill at either length).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, smoke_precision, smoke_where, train_flops
 from attnbench.models.lm import build_lm
 
 from .config import EvalConfig
@@ -67,7 +67,8 @@ def smoke_preset(pre, corpus: Path):
     t = pre.train
     train = dataclasses.replace(t, steps=SMOKE_STEPS, batch_size=SMOKE_BATCH,
                                 micro_batch_size=1 if t.micro_batch_size else 0, warmup=min(t.warmup, 1),
-                                eval_every=SMOKE_STEPS, checkpoint_every=1, patience=0, min_steps=0, precision="fp32")
+                                eval_every=SMOKE_STEPS, checkpoint_every=1, patience=0, min_steps=0,
+                                precision=smoke_precision(t.precision))
     local = all(x in LOCAL_TASKS for x in pre.eval.tasks)
     ev = EvalConfig(tasks=list(pre.eval.tasks) if local and pre.eval.tasks else list(LOCAL_TASKS),
                     batch_size=SMOKE_BATCH, limit=2, num_fewshot=0)
@@ -92,7 +93,8 @@ def run_smoke(pre, variants: Sequence, *, seed: int = 0, db: Optional[str] = Non
         hub = (f"; tokenizer {pre.data.tokenizer!r} (hub) replaced by a BPE trained here to {pre.data.vocab_size}"
                if small.data.tokenizer != pre.data.tokenizer else "")
         console.print(f"[bold]lm {escape(pre.key)} smoke[/]: {len(variants)} variant(s) at full size, "
-                      f"{SMOKE_STEPS} steps at batch {SMOKE_BATCH}, float32, CPU; JSONL corpus {corpus}; store "
+                      f"{SMOKE_STEPS} steps at batch {SMOKE_BATCH}, {smoke_where(pre.train.precision)}; JSONL corpus "
+                      f"{corpus}; store "
                       f"{d.db}{escape(short + hub)}")
         stop = StopOnce(at=2)
         kw = dict(variants=variants, preset=small, seed=seed, db=d.db, out=str(d.work), console=console,

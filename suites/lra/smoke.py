@@ -21,7 +21,7 @@ import numpy as np
 
 from attnbench.api.spec import as_specs
 from attnbench.core.errors import AttnbenchError
-from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, smoke_where, train_flops
 
 from . import generate
 from .config import PAIR_TASKS, load_preset
@@ -159,8 +159,8 @@ def run_smoke(*, attentions: Sequence[str], preset: Optional[str], tasks: Option
             if small.task(t).data != "generate":
                 write_task_files(t, small.task(t), d.data)
         console.print(f"[bold]lra {escape(pre.key)} smoke[/]: {', '.join(tasks)} x "
-                      f"{', '.join(s.label for s in specs)}; {SMOKE_STEPS} steps at batch {SMOKE_BATCH}, float32, "
-                      f"CPU; data in the release formats under {d.data}; store {d.db}")
+                      f"{', '.join(s.label for s in specs)}; {SMOKE_STEPS} steps at batch {SMOKE_BATCH}, "
+                      f"{smoke_where()}; data in the release formats under {d.data}; store {d.db}")
         stop = StopOnce(at=2)
         hooks = lambda task, attention: stop.hooks((task, attention))  # noqa: E731
         kw = dict(attentions=specs, tasks=tasks, preset=small, data_dir=str(d.data), seed=seed, db=d.db,

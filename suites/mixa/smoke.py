@@ -15,7 +15,7 @@ import dataclasses
 from typing import Optional
 
 from attnbench.api.spec import parse_spec
-from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, smoke_where, train_flops
 from attnbench.image import smoke as vsmoke
 from attnbench.image.classify import build_classifier
 from attnbench.image.smoke import full_run_cost
@@ -66,7 +66,8 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
         data_dir = vsmoke.write_data(small.vision, d.data)
         console.print(f"[bold]mixa {escape(pre.key)} smoke[/]: teacher {escape(vp.key)} ({vp.model.size} ViT, "
                       f"{vp.data.image_size}x{vp.data.image_size}); scores, selection, the mix and its controls, "
-                      f"{vsmoke.SMOKE_STEPS} steps at batch {vsmoke.SMOKE_BATCH}, float32, CPU; store {escape(d.db)}")
+                      f"{vsmoke.SMOKE_STEPS} steps at batch {vsmoke.SMOKE_BATCH}, {smoke_where()}; "
+                      f"store {escape(d.db)}")
         stop = StopOnce(at=2)
         kw = dict(preset=small, k=k, data_dir=str(data_dir) if data_dir else None, seed=seed, db=d.db,
                   out=str(d.work), console=console, progress=False, eval_limit=vsmoke.EVAL_LIMIT)
@@ -83,5 +84,5 @@ def run_smoke(*, preset, k: Optional[int] = None, seed: int = 0, db: Optional[st
         costs = variant_costs(pre, ran, num_classes)
     for what, cost in costs:
         console.print(f"  {escape(what)}: {escape(cost.line(gpu))}")
-    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its whole pipeline on the CPU")
+    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its whole pipeline")
     return 0

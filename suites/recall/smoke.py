@@ -2,13 +2,14 @@
 
 Each point's data is generated (a few examples per split, written in the suite's file format and read back),
 each applicable mixer's model is built at the preset's full size (width, layers, heads, vocabulary, length) and
-trained by the preset's recipe for 3 steps at a batch of 2 in float32 at the first learning rate, stopped inside
-step 2 and resumed from the checkpoint of step 1, validated and scored on the test split. Then one line per mixer
+trained by the preset's recipe for 3 steps at a batch of 2 (float32 on the CPU) at the first learning rate, stopped
+inside step 2 and resumed from the checkpoint of step 1, validated and scored on the test split. Then one line per mixer
 and point: parameters, state size and the full run's cost (:class:`attnbench.engine.smoke.FullRunCost`: the
 preset's steps at its batch, times its learning rates).
 
 What the smoke changes: the split sizes (8 / 4 / 4 examples), steps (3), batch (2), evaluation (every 3 steps),
-checkpoints (every step), precision (float32), epochs (none: the 3 steps) and the learning rates (the first only).
+checkpoints (every step), precision (float32 on the CPU, the preset's own on a GPU), epochs (none: the 3 steps)
+and the learning rates (the first only).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
-from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, train_flops
+from attnbench.engine.smoke import FullRunCost, StopOnce, smoke_dirs, smoke_precision, smoke_where, train_flops
 
 from .config import DataConfig, Mixer, RecallPreset
 from .model import build_model
@@ -31,7 +32,8 @@ def smoke_preset(pre: RecallPreset) -> RecallPreset:
     """The preset as the smoke runs it (see the module docstring)."""
     train = dataclasses.replace(pre.train, steps=SMOKE_STEPS, batch_size=SMOKE_BATCH, micro_batch_size=0,
                                 warmup=min(pre.train.warmup, 1), eval_every=SMOKE_STEPS, checkpoint_every=1,
-                                patience=0, min_steps=0, precision="fp32")
+                                patience=0, min_steps=0,
+                                precision=smoke_precision(pre.train.precision))
     tasks = tuple(dataclasses.replace(t, n_train=0, sweep=tuple({k: v for k, v in s.items() if k != "n_train"}
                                                                  for s in t.sweep)) for t in pre.tasks)
     return dataclasses.replace(pre, data=DataConfig(n_train=8, n_val=4, n_test=4, seed=pre.data.seed), train=train, epochs=0,
@@ -57,7 +59,8 @@ def run_smoke(pre: RecallPreset, mixers: Sequence[Mixer], *, sweep: bool = False
         small = smoke_preset(pre)
         points = small.points(sweep)
         console.print(f"[bold]recall {escape(pre.key)} smoke[/]: {len(mixers)} mixer(s) × {len(points)} point(s) at "
-                      f"full size, {SMOKE_STEPS} steps at batch {SMOKE_BATCH}, float32, CPU; store {d.db}")
+                      f"full size, {SMOKE_STEPS} steps at batch {SMOKE_BATCH}, {smoke_where(pre.train.precision)}; "
+                      f"store {d.db}")
         stop = StopOnce(at=2)
         kw = dict(mixers=mixers, preset=small, sweep=sweep, seed=seed, db=d.db, out=str(d.work), console=console,
                   hooks=stop.hooks, progress=False)

@@ -5,11 +5,11 @@ CIFAR's python pickles or an ImageFolder of JPEGs under the real class names; th
 Then the preset itself runs through
 :func:`.train.run_vision`: its reader and augmentation (DeiT's RandAugment, random erasing), its ViT at full size
 and resolution, its loss (label smoothing, mixup / cutmix), optimizer and schedule kind, EMA, evaluation, test,
-FLOPs, throughput, the resolution sweep and the store. What the smoke shortens: 2 steps at a batch of 2 in
-float32, data-loader workers at most 1, evaluations on the first 4 images, the resolution sweep at the first of
-the preset's resolutions other than the training one (the position embedding resampled) at batch 1, a validation
-carve of 1 image per class (2 images for CIFAR). Each cell's first attempt stops in
-step 2 after its step-1 checkpoint and the rerun must resume from it. Then one line per attention: the full run's
+FLOPs, throughput, the resolution sweep and the store. What the smoke shortens: 2 steps at a batch of 2 (float32 on
+the CPU, the preset's precision on a GPU), data-loader workers at most 1, evaluations on the first 4 images, the
+resolution sweep at the first of the preset's resolutions other than the training one (the position embedding
+resampled) at batch 1, a validation carve of 1 image per class (2 images for CIFAR). Each cell's first attempt stops
+in step 2 after its step-1 checkpoint and the rerun must resume from it. Then one line per attention: the full run's
 cost (:class:`attnbench.engine.smoke.FullRunCost`).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from attnbench.api.spec import as_specs
-from attnbench.engine.smoke import StopOnce, smoke_dirs
+from attnbench.engine.smoke import StopOnce, smoke_dirs, smoke_where
 from attnbench.image.smoke import EVAL_LIMIT, SMOKE_BATCH, SMOKE_STEPS, full_run_cost, smoke_preset, write_data
 
 from .config import VisionPreset, load_preset
@@ -41,7 +41,7 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
         data_dir = write_data(small, d.data)
         console.print(f"[bold]vision {escape(pre.key)} smoke[/]: {', '.join(s.label for s in specs)}; "
                       f"{pre.model.size} ViT at {pre.data.image_size}x{pre.data.image_size}, {SMOKE_STEPS} steps at "
-                      f"batch {SMOKE_BATCH}, float32, CPU; data "
+                      f"batch {SMOKE_BATCH}, {smoke_where(pre.train.precision)}; data "
                       + (f"in the real format under {escape(str(data_dir))}" if data_dir else "bundled")
                       + f"; store {escape(d.db)}")
         stop = StopOnce(at=2)
@@ -56,5 +56,5 @@ def run_smoke(*, attentions: Sequence, preset, seed: int = 0, db: Optional[str] 
     for spec in specs:
         cost = full_run_cost(pre, spec.with_defaults(pre.options_for(spec.name)), num_classes)
         console.print(f"  {escape(spec.label)}: {escape(cost.line(gpu))}")
-    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its real pipeline on the CPU")
+    console.print(f"[green]smoke ok[/]: {escape(pre.key)} ran its real pipeline")
     return 0
