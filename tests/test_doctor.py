@@ -160,3 +160,24 @@ def test_limitations_name_the_presets_and_the_remedy():
     (line,) = limitations(env, torch.device("cuda"))
     assert "lm 340m" in line and "pip install 'triton>=3.7.1' or tilelang" in line
     assert limitations({**env, "triton": "3.8.0"}, torch.device("cuda")) == []
+
+
+def test_under_triton_s_interpreter_the_doctor_gates_and_times_attnbench_s_kernel_on_the_cpu(tmp_path):
+    """The GPU steps that can run on the CPU do: attnbench's Triton kernel under the interpreter (set before triton
+    is imported, so in a child process); FLA's chunk kernels query the driver and stay skipped."""
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "d.db"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "doctor", "--attn", "linear", "--device", "cpu",
+                        "--db", str(db), "--out", str(tmp_path / "o"), "--budget", "10"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "gate     attnbench.chunk_linear_attn: ok" in r.stdout
+    with Store(db) as s:
+        recs = s.measurements(suite="doctor")
+    ours = [m for m in recs if m.attention == "attnbench.chunk_linear_attn" and m.task == "time"]
+    assert ours and {m.status for m in ours} == {"ok"}
+    assert all(m.status == "skipped" and m.error == "needs CUDA" for m in recs if m.attention.startswith("fla."))

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from attnbench.api import registry
 from attnbench.api.spec import Spec
+from attnbench.attention.base import triton_usable
 from attnbench.measure.flops import count_flops
 from attnbench.ops.delta import delta_rule, delta_rule_recurrent
 from attnbench.ops.linear_attn import linear_attention_reference
@@ -49,7 +50,7 @@ class Form:
     family: str                      # "kernel", "mechanism" or "compiled"
     op: str                          # what it computes: softmax, linear, delta_rule, gated_delta_rule, a mechanism
     shape: Shape
-    needs: tuple[str, ...]
+    needs: tuple[str, ...]          # "cuda", "fla", "triton" (CUDA, or the CPU under Triton's interpreter)
     inputs: Callable[[int], list[torch.Tensor]]
     fast: Callable[..., torch.Tensor]
     reference: Callable[..., torch.Tensor]
@@ -130,7 +131,7 @@ def kernel_forms(attn_shape: Shape, delta_shape: Shape, seed: int = 0) -> list[F
     return [
         Form("sdpa", "kernel", "softmax", a, (), lambda n: _randn((a.batch, a.heads, n, a.head_dim), seed), sdpa,
              _softmax_ref, lambda n: 2.0 * a.batch * a.heads * n * n * a.head_dim, first_call_s=0.5),
-        Form("attnbench.chunk_linear_attn", "kernel", "linear", a, ("cuda", "triton"), _positive_inputs(a, seed),
+        Form("attnbench.chunk_linear_attn", "kernel", "linear", a, ("triton",), _positive_inputs(a, seed),
              _ab_linear, _linear_ref, linear_flops),
         Form("fla.chunk_linear_attn", "kernel", "linear", a, ("cuda", "fla"), _positive_inputs(a, seed),
              _fla_linear, _linear_ref, linear_flops, first_call_s=5.0),
@@ -201,6 +202,8 @@ def available(form: Form, device: torch.device) -> Optional[str]:
         return "needs CUDA"
     if "triton" in form.needs and importlib.util.find_spec("triton") is None:
         return "needs triton (pip install 'attnbench[gpu]')"
+    if "triton" in form.needs and not triton_usable(device):
+        return "needs CUDA (or TRITON_INTERPRET=1 on the CPU)"
     if "fla" in form.needs and importlib.util.find_spec("fla") is None:
         return "needs flash-linear-attention (pip install 'attnbench[gpu]')"
     if form.family == "compiled" and device.type == "cuda" and importlib.util.find_spec("triton") is None:
