@@ -190,6 +190,43 @@ def _check_aot(arch: str, quick: bool, interpret: bool) -> None:
         raise typer.Exit(code=1)
 
 
+# --- install on a machine with no network -------------------------------------------------
+
+
+@app.command("bundle")
+def bundle_cmd(out: str = typer.Option(..., "--out", help="the folder to write (new or empty): the wheels and "
+                                       "manifest.json"),
+               python: Optional[str] = typer.Option(None, "--python", help="the node's Python, e.g. 3.12 (default: "
+                                                    "this one)"),
+               platform: Optional[str] = typer.Option(None, "--platform", help="the node's wheel platform tag, e.g. "
+                                                      "manylinux_2_28_x86_64 (default: this machine's)"),
+               extras: Optional[str] = typer.Option(None, "--extras", help="comma-separated extras of attnbench, "
+                                                    "e.g. gpu,lm,slurm"),
+               torch: Optional[str] = typer.Option(None, "--torch", help="the node's torch version, e.g. 2.11: "
+                                                   "only dependencies that accept it are chosen"),
+               max_mib: float = typer.Option(60.0, "--max-mib", help="fail when the wheels total more (MiB)")) -> None:
+    """Wheels that install attnbench with no network, on a GPU node whose image has torch and Triton.
+
+    attnbench's own wheel and every dependency of it and of --extras that such an image lacks (torch, triton,
+    nvidia-* and what only they need are left out), resolved by pip for --python and --platform; prints the one
+    install command for the node."""
+    import shlex
+    import sys
+
+    from attnbench.engine import bundle  # only this command needs it (packaging, pip in subprocesses)
+
+    command = shlex.join(["attnbench", *sys.argv[1:]])
+    try:
+        made = bundle.build(out, python=python, platform=platform, extras_text=extras, torch=torch,
+                            limit_mib=max_mib, command=command, progress=lambda line: typer.echo(line, err=True))
+    except bundle.BuildError as e:  # pip or the size limit, after the options were fine
+        fail(str(e), code=1)
+    except AttnbenchError as e:
+        fail(str(e))
+    for line in made.lines():
+        typer.echo(line)
+
+
 # --- results: the store, tables, plots, exports (each suite registers its view) -----------
 
 

@@ -1,1 +1,2 @@
-"""Running suites: the run context, the cell sweep, presets, smoke runs, the trainer and distribution."""
+"""Running suites: the run context, the cell sweep, presets, smoke runs, the trainer and distribution; and the
+wheel bundle that installs attnbench on a machine with no network."""
