@@ -156,6 +156,29 @@ def test_extras_are_followed_only_where_requested():
     assert "flash-linear-attention" not in need.keep and "pytest" not in need.keep
 
 
+def test_what_the_node_has_at_an_accepted_version_is_left_out(tmp_path):
+    """``--have``: the node's ``pip list --format=freeze``; a package it has at a version the requirement accepts is
+    left out with what only it needs, one at a version a requirement rejects is carried."""
+    node = tmp_path / "node.txt"
+    node.write_text("# pip list --format=freeze\nnumpy==2.5.2\nJinja2==3.0.0\ndatasets==5.2.0\nfsspec==2026.9.0\n"
+                    "aiohttp\n-e git+https://x#egg=y\n")
+    have = bundle.read_have(str(node))
+    assert have == {"numpy": "2.5.2", "jinja2": "3.0.0", "datasets": "5.2.0", "fsspec": "2026.9.0", "aiohttp": None}
+    need = bundle.needed(report(ALL), NODE, ["lm"], have=have)
+    assert "numpy" not in need.keep and "datasets" not in need.keep and "fsspec" not in need.keep
+    assert "jinja2" in need.keep  # attnbench asks jinja2>=3.1; the node's 3.0.0 is too old
+    assert "sqlitedict" in need.keep and "aiohttp" not in need.keep
+
+
+def test_a_bad_have_file_is_one_line(tmp_path):
+    with pytest.raises(bundle.BundleError, match="--have .*no such file; on the node run"):
+        bundle.read_have(str(tmp_path / "nope.txt"))
+    bad = tmp_path / "bad.txt"
+    bad.write_text("numpy==2.5\nthis is not a requirement\n")
+    with pytest.raises(bundle.BundleError, match="line 2: 'this is not a requirement' is not NAME==VERSION"):
+        bundle.read_have(str(bad))
+
+
 # --- pip's command lines --------------------------------------------------------------------------------------------
 
 

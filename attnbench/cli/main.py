@@ -204,6 +204,9 @@ def bundle_cmd(out: str = typer.Option(..., "--out", help="the folder to write (
                                                     "e.g. gpu,lm,slurm"),
                torch: Optional[str] = typer.Option(None, "--torch", help="the node's torch version, e.g. 2.11: "
                                                    "only dependencies that accept it are chosen"),
+               have: Optional[str] = typer.Option(None, "--have", help="the node's `python -m pip list "
+                                                  "--format=freeze`: what it has at an accepted version is left "
+                                                  "out"),
                max_mib: float = typer.Option(60.0, "--max-mib", help="fail when the wheels total more (MiB)")) -> None:
     """Wheels that install attnbench with no network, on a GPU node whose image has torch and Triton.
 
@@ -218,7 +221,8 @@ def bundle_cmd(out: str = typer.Option(..., "--out", help="the folder to write (
     command = shlex.join(["attnbench", *sys.argv[1:]])
     try:
         made = bundle.build(out, python=python, platform=platform, extras_text=extras, torch=torch,
-                            limit_mib=max_mib, command=command, progress=lambda line: typer.echo(line, err=True))
+                            have_file=have, limit_mib=max_mib, command=command,
+                            progress=lambda line: typer.echo(line, err=True))
     except bundle.BuildError as e:  # pip or the size limit, after the options were fine
         fail(str(e), code=1)
     except AttnbenchError as e:

@@ -19,6 +19,9 @@ built here with ``pip wheel``, kept only if the wheel is pure Python (``py3-none
 offered to the resolution through ``--find-links``.
 
 ``--torch 2.11`` adds the node's torch to the resolution, so no dependency that needs a newer torch is chosen.
+``--have node.txt`` (``python -m pip list --format=freeze`` run on the node) leaves out, besides, every package the
+node already has at a version its requirement accepts: on an image with the scientific stack the bundle is then
+attnbench, FLA and the few packages the image lacks.
 """
 
 from __future__ import annotations
@@ -218,6 +221,28 @@ def install_line(out: str, chosen: Sequence[str]) -> str:
 # --- what the node needs, from pip's report -------------------------------------------------------------------------
 
 
+def read_have(path: Optional[str]) -> dict[str, Optional[str]]:
+    """The node's installed distributions from ``pip list --format=freeze`` (or ``pip freeze``) run on it: canonical
+    name -> version (None where a line names no version: present, version unknown, taken as sufficient)."""
+    if path is None:
+        return {}
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise BundleError(f"--have {path}: no such file; on the node run `python -m pip list --format=freeze > "
+                          f"node.txt` and copy it here")
+    have: dict[str, Optional[str]] = {}
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        name, _, version = line.partition("==")
+        name = name.split(" @ ", 1)[0].strip()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise BundleError(f"--have {path}, line {n}: {line!r} is not NAME==VERSION (pip list --format=freeze)")
+        have[canonicalize_name(name)] = version.strip() or None
+    return have
+
+
 def provided(name: str, patterns: Iterable[str] = PROVIDED) -> bool:
     name = canonicalize_name(name)
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
@@ -231,8 +256,10 @@ class Needed:
 
 
 def needed(report: dict, tgt: Target, chosen: Sequence[str], root: str = "attnbench",
-           patterns: Iterable[str] = PROVIDED) -> Needed:
-    """Walk pip's report from ``root[chosen]`` with the node's markers, stopping at the provided packages."""
+           patterns: Iterable[str] = PROVIDED, have: Optional[dict[str, Optional[str]]] = None) -> Needed:
+    """Walk pip's report from ``root[chosen]`` with the node's markers, stopping at the provided packages and at
+    those ``have`` (the node's installed distributions) holds at a version the requirement accepts."""
+    have = have or {}
     patterns = tuple(patterns)
     items = {canonicalize_name(i["metadata"]["name"]): i["metadata"] for i in report["install"]}
     env = tgt.environment()
@@ -255,6 +282,8 @@ def needed(report: dict, tgt: Target, chosen: Sequence[str], root: str = "attnbe
             dep = canonicalize_name(req.name)
             if provided(dep, patterns):
                 continue
+            if dep in have and (have[dep] is None or req.specifier.contains(have[dep], prereleases=True)):
+                continue  # the node has it at a version this requirement accepts
             if dep not in items or not req.specifier.contains(items[dep]["version"], prereleases=True):
                 req.marker = None
                 missing[dep] = str(req)
@@ -315,7 +344,8 @@ class Bundle:
                  f"{m['python']} on {m['platform']}, in {self.out} (list: {MANIFEST})"),
                 f"largest (MiB): {big}",
                 (f"left out, as the node's image has them: {len(m['left_out'])} packages "
-                 f"({', '.join(m['provided'])} and what only they need)"),
+                 f"({', '.join(m['provided'])}" + (f", what {m['have']} lists at an accepted version" if m.get("have")
+                                                   else "") + " and what only they need)"),
                 f"on the node: {m['install']}"]
 
 
@@ -333,7 +363,7 @@ def check_size(wheels: Sequence[dict], limit_mib: float) -> None:
 
 
 def manifest(folder: Path, *, command: str, tgt: Target, chosen: Sequence[str], out: str, need: Needed,
-             built: Sequence[str], limit_mib: float, torch: Optional[str] = None) -> dict:
+             built: Sequence[str], limit_mib: float, torch: Optional[str] = None, have: Optional[str] = None) -> dict:
     """The manifest of the wheels in ``folder``: how they were made, for what, each with its size."""
     wheels = [{"file": p.name, "bytes": p.stat().st_size} for p in sorted(folder.glob("*.whl"))]
     total = sum(w["bytes"] for w in wheels)
@@ -341,7 +371,7 @@ def manifest(folder: Path, *, command: str, tgt: Target, chosen: Sequence[str], 
             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "python": tgt.python, "platform": tgt.label, "extras": list(chosen), "torch": torch,
             "install": install_line(out, chosen),
-            "provided": list(PROVIDED), "left_out": sorted(f"{n}=={v}" for n, v in need.left_out.items()),
+            "provided": list(PROVIDED), "have": have, "left_out": sorted(f"{n}=={v}" for n, v in need.left_out.items()),
             "built_from_source": list(built),
             "wheels": wheels, "total_bytes": total, "total_mib": round(total / MiB, 2), "limit_mib": limit_mib}
 
@@ -426,13 +456,15 @@ def resolve(tgt: Target, requirements: list[str], work: Path, built: Path, run: 
 
 
 def build(out: str, *, python: Optional[str] = None, platform: Optional[str] = None,
-          extras_text: Optional[str] = None, torch: Optional[str] = None, limit_mib: float = LIMIT_MIB,
+          extras_text: Optional[str] = None, torch: Optional[str] = None, have_file: Optional[str] = None,
+          limit_mib: float = LIMIT_MIB,
           command: str = "", project: Path = PROJECT, run: Optional[Runner] = None,
           progress: Callable[[str], None] = lambda line: None) -> Bundle:
     """Build the bundle in the new folder ``out`` (see the module's docstring); nothing is left there on failure."""
     run = run or _run
     tgt = target(python, platform, project)
     chosen = extras(extras_text, project)
+    have = read_have(have_file)
     if limit_mib <= 0:
         raise BundleError(f"--max-mib must be a size in MiB > 0, got {limit_mib:g}")
     if torch is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", torch.strip()):
@@ -460,13 +492,13 @@ def build(out: str, *, python: Optional[str] = None, platform: Optional[str] = N
             requirements = [root] + ([f"torch=={torch.strip()}.*"] if torch else [])
             progress(f"resolving {requirement(chosen)} for Python {tgt.python} on {tgt.label} (pip)")
             report, made = resolve(tgt, requirements, work, built, run, progress, requirement(chosen))
-            need = needed(report, tgt, chosen)
+            need = needed(report, tgt, chosen, have=have)
             if need.missing:  # needed on the node's Python, not on this one: resolve them too
                 progress(f"the node's markers need {', '.join(need.missing)} too: resolving again")
                 report, more = resolve(tgt, requirements + need.missing, work, built, run, progress,
                                        requirement(chosen))
                 made += more
-                need = needed(report, tgt, chosen)
+                need = needed(report, tgt, chosen, have=have)
                 if need.missing:
                     raise BuildError(f"pip's resolution for Python {tgt.python} lacks {', '.join(need.missing)}, "
                                      f"which the node's markers need: run the bundle with that Python")
@@ -477,7 +509,7 @@ def build(out: str, *, python: Optional[str] = None, platform: Optional[str] = N
                 _check(run(download_command(tgt, pins, staging, [built])),
                        f"pip could not download the wheels for Python {tgt.python} on {tgt.label}")
             info = manifest(staging, command=command, tgt=tgt, chosen=chosen, out=out, need=need, built=made,
-                            limit_mib=limit_mib, torch=torch)
+                            limit_mib=limit_mib, torch=torch, have=have_file)
             check_size(info["wheels"], limit_mib)
             (staging / MANIFEST).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         if dest.exists():
