@@ -40,6 +40,31 @@ def doctor(*args: str):
     return CliRunner().invoke(app, ["doctor", *args])
 
 
+@pytest.fixture
+def small(tmp_path):
+    """The cpu preset cut to seconds: one short length, a short gate, short timing windows."""
+    path = tmp_path / "small.toml"
+    path.write_text(textwrap.dedent("""\
+        name = "small"
+        check_dtypes = ["float32"]
+        check_lengths = [5]
+        gate_len = 17
+        batch = 1
+        heads = 1
+        head_dim = 8
+        delta_heads = 1
+        delta_head_dim = 8
+        dtype = "fp32"
+        lengths = ["32", "64"]
+        modes = ["fwd", "fwd+bwd"]
+
+        [timing]
+        warmup_ms = 1.0
+        rep_ms = 3.0
+        """))
+    return str(path)
+
+
 def test_the_plan_lists_every_step_and_the_gpu_ones_are_skipped_with_the_reason():
     r = doctor("--plan", "--preset", "h100", "--attn", "linear,nala", "--device", "cpu", "--smokes", "none")
     assert r.exit_code == 0, r.output[-3000:]
@@ -73,14 +98,14 @@ def test_the_budget_drops_the_longest_lengths_first_and_says_so():
     assert roomy.exit_code == 0 and "budget: dropped" not in roomy.output and "dropped (budget" not in roomy.output
 
 
-def test_the_gate_refuses_to_time_a_wrong_form_and_the_run_exits_1(fresh, tmp_path):
+def test_the_gate_refuses_to_time_a_wrong_form_and_the_run_exits_1(fresh, tmp_path, small):
     bad = tmp_path / "planted.py"
     bad.write_text(PLANTED)
     db = tmp_path / "d.db"
     r = doctor("--attn", "planted,linear", "--plugin", str(bad), "--device", "cpu", "--db", str(db),
-               "--out", str(tmp_path / "out"), "--budget", "10")
+               "--out", str(tmp_path / "out"), "--budget", "10", "--preset", small)
     assert r.exit_code == 1, r.output[-3000:]
-    assert "gate     planted: FAILED" in r.output and "refused  time planted N=256 fwd: its gate failed" in r.output
+    assert "gate     planted: FAILED" in r.output and "refused  time planted N=32 fwd: its gate failed" in r.output
     assert r.output.strip().splitlines()[-1].startswith("doctor: FAILED")
     with Store(db) as s:
         recs = s.measurements(suite="doctor")
@@ -98,15 +123,15 @@ def test_the_gate_refuses_to_time_a_wrong_form_and_the_run_exits_1(fresh, tmp_pa
     assert t.exit_code == 0 and "doctor: gates" in t.output, t.output[-2000:]
 
 
-def test_a_budget_reached_while_running_drops_the_remaining_timings(tmp_path):
+def test_a_budget_reached_while_running_drops_the_remaining_timings(tmp_path, small):
     db = tmp_path / "d.db"
     r = doctor("--attn", "linear", "--device", "cpu", "--db", str(db), "--out", str(tmp_path / "o"),
-               "--budget", "0.001")
+               "--budget", "0.001", "--preset", small)
     assert r.exit_code == 0, r.output[-3000:]
     assert "dropped  time" in r.output or "budget: dropped N=" in r.output
     with Store(db) as s:
         recs = s.measurements(suite="doctor", task="time")
-    assert recs and all(m.status == "skipped" for m in recs if m.params.get("n") == 512)
+    assert recs and all(m.status == "skipped" for m in recs if m.params.get("n") == 64)
     assert r.output.strip().splitlines()[-1].startswith("doctor: OK")
 
 
@@ -162,7 +187,7 @@ def test_limitations_name_the_presets_and_the_remedy():
     assert limitations({**env, "triton": "3.8.0"}, torch.device("cuda")) == []
 
 
-def test_under_triton_s_interpreter_the_doctor_gates_and_times_attnbench_s_kernel_on_the_cpu(tmp_path):
+def test_under_triton_s_interpreter_the_doctor_gates_and_times_attnbench_s_kernel_on_the_cpu(tmp_path, small):
     """The GPU steps that can run on the CPU do: attnbench's Triton kernel under the interpreter (set before triton
     is imported, so in a child process); FLA's chunk kernels query the driver and stay skipped."""
     import os
@@ -172,7 +197,7 @@ def test_under_triton_s_interpreter_the_doctor_gates_and_times_attnbench_s_kerne
     db = tmp_path / "d.db"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "doctor", "--attn", "linear", "--device", "cpu",
-                        "--db", str(db), "--out", str(tmp_path / "o"), "--budget", "10"], env=env,
+                        "--db", str(db), "--out", str(tmp_path / "o"), "--budget", "10", "--preset", small], env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "gate     attnbench.chunk_linear_attn: ok" in r.stdout
