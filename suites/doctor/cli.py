@@ -16,7 +16,8 @@ def doctor_command(
     preset: Optional[str] = typer.Option(None, "--preset", help="h100 (the default on a GPU: about 8 minutes on "
                                          "one H100), cpu (the default without one), or a .toml path"),
     attn: Optional[str] = typer.Option(None, "--attn", help="mechanisms to check and time, comma-separated "
-                                       "(default: every registered one, plug-ins included)"),
+                                       "(default: every registered one, plug-ins included, and the delta-rule "
+                                       "ops delta_rule, gated_delta_rule)"),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if there is one), cuda or cpu"),
     budget: Optional[float] = typer.Option(None, "--budget", help="minutes; past it the longest lengths' timings "
                                            "and then the remaining smokes are dropped, each drop said (default: "

@@ -15,6 +15,7 @@ summary (``doctor.md``) is rendered from those records, and one verdict line end
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -85,13 +86,17 @@ def choose_smokes(pre: DoctorPreset, smokes: Optional[str]) -> list[str]:
 
 
 def contract_size(names: Sequence[str], lengths: Sequence[int]) -> int:
-    """How many verdicts one precision of the contract has (every impl of every form at every length)."""
+    """How many verdicts one precision of the contract has (every impl of every form at every length; the
+    delta-rule ops: their torch and FLA forms)."""
     n = 0
     for name in names:
+        if name in DELTA_OPS:
+            n += 2
+            continue
         cls = registry.get_attention(name)
         forms = [c for c, ok in ((False, cls.bidirectional), (True, cls.causal_form)) if ok]
         n += sum(len(runnable_impls(cls, c)) for c in forms)
-    return (n + 2 * len(DELTA_OPS)) * len(lengths)
+    return n * len(lengths)
 
 
 def _mechanism_flops(forms: list[Form], pre: DoctorPreset) -> dict[str, tuple[float, float]]:
@@ -110,16 +115,16 @@ def _mechanism_flops(forms: list[Form], pre: DoctorPreset) -> dict[str, tuple[fl
 
 
 def _eager(f: Form) -> Form:
-    import dataclasses
-
     return dataclasses.replace(f, family="mechanism")
 
 
 def build_plan(pre: DoctorPreset, *, names: Sequence[str], device: torch.device, smokes: list[str],
                budget_s: float, env: dict) -> Plan:
+    """``names``: the contract's mechanisms (and delta-rule ops); the registered ones among them are also timed."""
     attn = Shape(pre.batch, pre.heads, pre.head_dim)
     delta = Shape(pre.batch, pre.delta_heads, pre.delta_head_dim)
-    forms = kernel_forms(attn, delta) + mechanism_forms(list(names), attn, compile=pre.compile)
+    timed = [n for n in names if n not in DELTA_OPS]
+    forms = kernel_forms(attn, delta) + mechanism_forms(timed, attn, compile=pre.compile)
     skips = {f.name: why for f in forms if (why := available(f, device))}
     peak, _ = node.peak_flops(env, pre.dtype if device.type == "cuda" else "fp32")
     return make_plan(pre, forms, device=device.type, contract_rows=contract_size(names, pre.check_lengths),
@@ -206,9 +211,10 @@ def run_doctor(*, preset: Optional[str], attn: Optional[str], device: str = "aut
     """The command (module docstring); returns the exit code."""
     dev = resolve_device(device)
     pre = load_preset(preset or ("h100" if dev.type == "cuda" else "cpu"))
-    names = [n.strip() for n in (attn or "").split(",") if n.strip()] or registry.names()
+    names = [n.strip() for n in (attn or "").split(",") if n.strip()] or registry.names() + list(DELTA_OPS)
     for n in names:
-        registry.get_attention(n)  # an unknown name: the registry's did-you-mean error, before any work
+        if n not in DELTA_OPS:
+            registry.get_attention(n)  # an unknown name: the registry's did-you-mean error, before any work
     budget_s = 60.0 * (budget_min if budget_min is not None else pre.budget_min)
     if budget_s <= 0:
         raise AttnbenchError(f"--budget must be positive minutes, got {budget_min!r}")
