@@ -163,16 +163,19 @@ def test_fla_refusal_of_gated_deltanet_on_hopper_is_known_before_a_run(cap, trit
     assert fla_gated_backward_refusal("cpu") is None
 
 
-def test_the_lm_run_stops_before_any_data_on_a_node_that_refuses_gated_deltanet(monkeypatch):
+def test_the_lm_run_stops_before_any_data_on_a_node_that_refuses_a_gated_backward(monkeypatch):
+    from attnbench.ops import delta
     from attnbench.suites.lm import train
     from attnbench.suites.lm.config import load_preset, parse_variants
 
+    monkeypatch.setattr(delta, "resolve_delta_impl", lambda device, impl: "fla")
     monkeypatch.setattr(train, "resolve_delta_impl", lambda device, impl: "fla")
-    monkeypatch.setattr(train, "fla_gated_backward_refusal", lambda device: "FLA refuses Gated DeltaNet's backward")
+    monkeypatch.setattr(delta, "fla_gated_backward_refusal", lambda device: "FLA refuses the gated backward")
     pre = load_preset("340m")
-    train._check_fla_shapes(pre, parse_variants("deltanet"), "cuda")  # DeltaNet is not gated: no refusal
-    with pytest.raises(AttnbenchError, match="gated_deltanet: FLA refuses"):
-        train._check_fla_shapes(pre, parse_variants("deltanet,gated_deltanet"), "cuda")
+    train._check_fla_shapes(pre, parse_variants("deltanet,gla"), "cuda")  # neither runs the gated dqkwg
+    for layer in ("gated_deltanet", "retnet"):
+        with pytest.raises(AttnbenchError, match=f"{layer}: FLA refuses the gated backward"):
+            train._check_fla_shapes(pre, parse_variants(f"deltanet,{layer}"), "cuda")
 
 
 def test_limitations_name_the_presets_and_the_remedy():
@@ -183,7 +186,7 @@ def test_limitations_name_the_presets_and_the_remedy():
     env = {"device": "cuda", "capability": [9, 0], "triton": "3.6.0", "flash-linear-attention": "0.6.0",
            "tilelang": None}
     (line,) = limitations(env, torch.device("cuda"))
-    assert "lm 340m" in line and "pip install 'triton>=3.7.1' or tilelang" in line
+    assert "lm 340m" in line and "retnet" in line and "pip install 'triton>=3.7.1' or tilelang" in line
     assert limitations({**env, "triton": "3.8.0"}, torch.device("cuda")) == []
 
 

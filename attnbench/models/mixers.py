@@ -384,5 +384,17 @@ MIXERS: dict[str, tuple[type, bool]] = {
     "gated_deltanet": (DeltaMixer, True),
 }
 
-__all__ = ["AttentionMixer", "DeltaMixer", "GLAMixer", "MambaMixer", "MIXERS", "ShortConv", "key_feature_dim",
-           "map_expansion", "rotary"]
+#: the layers whose backward on FLA's kernels runs its gated ``chunk_bwd_dqkwg`` (per-token or per-head decay g)
+FLA_GATED_BACKWARD = ("gated_deltanet", "retnet")
+
+
+def fla_refusal(cfg: LMConfig, device: torch.device | str) -> Optional[str]:
+    """Why FLA will refuse to train ``cfg``'s mixer on ``device``, as one line (None: it will not), for runs to say
+    before they start (:func:`attnbench.ops.delta.fla_gated_backward_refusal`)."""
+    if cfg.layer not in FLA_GATED_BACKWARD or delta.resolve_delta_impl(device, cfg.delta_impl) != "fla":
+        return None
+    return delta.fla_gated_backward_refusal(device)
+
+
+__all__ = ["AttentionMixer", "DeltaMixer", "FLA_GATED_BACKWARD", "GLAMixer", "MambaMixer", "MIXERS", "ShortConv",
+           "fla_refusal", "key_feature_dim", "map_expansion", "rotary"]

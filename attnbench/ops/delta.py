@@ -72,11 +72,12 @@ def _version(text: str) -> tuple[int, ...]:
 
 def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[int, int] | None = None,
                                triton_version: str | None = None, tilelang: bool | None = None) -> str | None:
-    """Why FLA will refuse the gated delta rule's backward on ``device``, as one line with its remedy (None: it
-    will not). FLA raises inside the backward of its gated ``chunk_bwd_dqkwg`` on Hopper GPUs with Triton >= 3.4.0
-    and < 3.7.1 unless tilelang is installed (its issue 640: wrong gradients there), so a Gated DeltaNet run
-    would stop at its first step; runs check this before they start. The keywords stand in for this machine's
-    GPU, Triton and tilelang (tests)."""
+    """Why FLA will refuse the backward of its gated chunk kernels on ``device``, as one line with its remedy (None:
+    it will not). FLA raises inside its gated ``chunk_bwd_dqkwg`` (the gated delta rule's and ``chunk_simple_gla``'s
+    backward: Gated DeltaNet, RetNet) on Hopper GPUs with Triton >= 3.4.0 and < 3.7.1 unless tilelang is installed
+    (its issue 640: wrong gradients there), so such a run would stop at its first step; runs check this before
+    they start (:func:`attnbench.models.mixers.fla_refusal`). The keywords stand in for this machine's GPU, Triton
+    and tilelang (tests)."""
     if torch.device(device).type != "cuda":
         return None
     if capability is None:
@@ -93,9 +94,10 @@ def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[
         tilelang = importlib.util.find_spec("tilelang") is not None
     if capability[0] != 9 or tilelang or not (3, 4, 0) <= _version(triton_version) < (3, 7, 1):
         return None
-    return (f"FLA refuses Gated DeltaNet's backward on Hopper (sm_{capability[0]}{capability[1]}) with Triton "
-            f"{triton_version} (FLA issue 640: Triton >= 3.4.0 and < 3.7.1 computes its gated gradients wrongly): "
-            "training gated_deltanet stops here; pip install 'triton>=3.7.1' or tilelang")
+    return (f"FLA refuses the backward of its gated chunk kernels (Gated DeltaNet, RetNet) on Hopper "
+            f"(sm_{capability[0]}{capability[1]}) with Triton {triton_version} (FLA issue 640: Triton >= 3.4.0 and "
+            "< 3.7.1 computes those gradients wrongly): training gated_deltanet or retnet stops here; pip install "
+            "'triton>=3.7.1' or tilelang")
 
 
 def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:

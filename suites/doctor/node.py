@@ -82,7 +82,8 @@ def limitations(env: dict[str, Any], device: torch.device) -> list[str]:
                                              triton_version=env.get("triton") or "0",
                                              tilelang=bool(env.get("tilelang")))
         if refusal:
-            out.append(refusal + " (presets: lm 340m, recall zoology and mad with gated_deltanet)")
+            out.append(refusal + " (presets: lm 340m's gated_deltanet and retnet rows, recall zoology and mad "
+                       "with those mixers)")
     return out
 
 

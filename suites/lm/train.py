@@ -30,8 +30,8 @@ from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
 from attnbench.models.lm import DELTA_LAYERS, build_lm
-from attnbench.models.mixers import key_feature_dim
-from attnbench.ops.delta import FLA_MAX_KEY_DIM, fla_gated_backward_refusal, resolve_delta_impl
+from attnbench.models.mixers import fla_refusal, key_feature_dim
+from attnbench.ops.delta import FLA_MAX_KEY_DIM, resolve_delta_impl
 from attnbench.results.records import point_hash
 from attnbench.results.store import Store
 
@@ -181,15 +181,15 @@ def with_data(pre: LMPreset, data: Optional[str]) -> LMPreset:
 def _check_fla_shapes(pre: LMPreset, variants: Sequence[Variant], device: torch.device) -> None:
     """Before any data is read: every variant whose delta rule runs on FLA's kernels here fits them (the key
     heads FLA takes; ``attnbench check --aot`` compiles the rest for the GPU), and FLA will not refuse its
-    backward on this GPU and Triton (:func:`attnbench.ops.delta.fla_gated_backward_refusal`)."""
+    backward on this GPU and Triton (:func:`attnbench.models.mixers.fla_refusal`)."""
 
     for v in variants:
         cfg = pre.model_config(v, 256)
-        if cfg.layer not in DELTA_LAYERS or resolve_delta_impl(device, cfg.delta_impl) != "fla":
-            continue
-        refusal = fla_gated_backward_refusal(device) if cfg.layer == "gated_deltanet" else None
+        refusal = fla_refusal(cfg, device)
         if refusal:
             raise AttnbenchError(f"{v.label}: {refusal}")
+        if cfg.layer not in DELTA_LAYERS or resolve_delta_impl(device, cfg.delta_impl) != "fla":
+            continue
         if key_feature_dim(cfg) > FLA_MAX_KEY_DIM:
             raise AttnbenchError(f"{pre.path}: {v.label} has key features of {key_feature_dim(cfg)} per head and FLA's "
                                  f"chunk kernels take at most {FLA_MAX_KEY_DIM}; run it as {v.label}:key_width=match "

@@ -29,7 +29,8 @@ from attnbench.engine.sweep import Cell, CellContext, CellResult, Outcome, Sweep
 from attnbench.engine.train.dist import Dist
 from attnbench.engine.train.trainer import TrainHooks, TrainOrder, TrainTask, train
 from attnbench.measure.peak import PeakMeter
-from attnbench.ops.delta import fla_gated_backward_refusal, resolve_delta_impl
+from attnbench.models.mixers import fla_refusal
+from attnbench.ops.delta import resolve_delta_impl
 from attnbench.results.records import point_hash
 
 from . import data as recall_data
@@ -195,12 +196,10 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
                     raise AttnbenchError(f"--attn {m.label} at {point.label}: {e}") from None
     run.check_trainable(pre, [pre.train])
     device = run.device
-    for m in mixers:  # FLA's refusal of Gated DeltaNet's backward on this GPU: one line before any cell trains
-        cfg = pre.model_config(m, points[0]) if m.variant is not None else None
-        if cfg is not None and cfg.layer == "gated_deltanet" and resolve_delta_impl(device, cfg.delta_impl) == "fla":
-            refusal = fla_gated_backward_refusal(device)
-            if refusal:
-                raise AttnbenchError(f"--attn {m.label}: {refusal}")
+    for m in mixers:  # FLA's refusal of a gated backward on this GPU: one line before any cell trains
+        refusal = fla_refusal(pre.model_config(m, points[0]), device) if m.variant is not None else None
+        if refusal:
+            raise AttnbenchError(f"--attn {m.label}: {refusal}")
     with run:
         dist = run.dist
         if pre.train.batch_size % dist.world:
