@@ -29,6 +29,7 @@ from attnbench.api import registry
 from attnbench.api import suites as suite_registry
 from attnbench.checks.verify import DELTA_OPS, agreement, judge_module, runnable_impls, verify_all
 from attnbench.core.errors import AttnbenchError
+from attnbench.engine.context import work_dir
 from attnbench.engine.presets import preset_names
 from attnbench.measure.memory import timed_first_call
 from attnbench.measure.peak import PeakMeter
@@ -238,7 +239,7 @@ def run_doctor(*, preset: Optional[str], attn: Optional[str], device: str = "aut
 
 
 def _execute(plan: Plan, pre: DoctorPreset, *, names, device, env, db, out, plugins, say) -> int:
-    work = Path(out) if out else Path("results/runs/doctor")
+    work = work_dir(SUITE, out)
     work.mkdir(parents=True, exist_ok=True)
     import torch._dynamo
 
