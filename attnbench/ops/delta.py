@@ -81,6 +81,8 @@ def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[
     if torch.device(device).type != "cuda":
         return None
     if capability is None:
+        if not torch.cuda.is_available():  # no GPU to ask: the run fails on CUDA itself, not here
+            return None
         capability = torch.cuda.get_device_capability(device)
     if triton_version is None:
         try:
