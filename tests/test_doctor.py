@@ -178,16 +178,31 @@ def test_the_lm_run_stops_before_any_data_on_a_node_that_refuses_a_gated_backwar
             train._check_fla_shapes(pre, parse_variants(f"deltanet,{layer}"), "cuda")
 
 
-def test_limitations_name_the_presets_and_the_remedy():
+def test_limitations_name_the_presets_and_the_remedy(monkeypatch):
     import torch
 
     from attnbench.suites.doctor.node import limitations
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a GPU node compiles its kernels
 
     env = {"device": "cuda", "capability": [9, 0], "triton": "3.6.0", "flash-linear-attention": "0.6.0",
            "tilelang": None}
     (line,) = limitations(env, torch.device("cuda"))
     assert "lm 340m" in line and "retnet" in line and "pip install 'triton>=3.7.1' or tilelang" in line
     assert limitations({**env, "triton": "3.8.0"}, torch.device("cuda")) == []
+
+
+def test_the_interpreter_s_numpy_limit_is_said_up_front(monkeypatch):
+    import torch
+
+    from attnbench.suites.doctor import node
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(node, "_version", lambda dist: {"numpy": "2.4.6"}.get(dist))
+    env = {"device": "cpu", "triton": "3.6.0", "flash-linear-attention": "0.6.0"}
+    (line,) = node.limitations(env, torch.device("cpu"))
+    assert "NumPy 2.4.6" in line and "numpy<2.4" in line and "9171" in line
+    assert node.limitations({**env, "triton": "3.7.0"}, torch.device("cpu")) == []
 
 
 def test_under_triton_s_interpreter_the_doctor_gates_and_times_attnbench_s_kernel_on_the_cpu(tmp_path, small):

@@ -4,6 +4,7 @@ peak the achieved TFLOP/s are a share of."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 from typing import Any, Optional
@@ -26,6 +27,11 @@ def _version(dist: str) -> Optional[str]:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"3.6.0+git"`` -> ``(3, 6, 0)``."""
+    return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in version.split("+")[0].split(".")[:3])
 
 
 def _driver() -> Optional[str]:
@@ -68,6 +74,12 @@ def lines(env: dict[str, Any]) -> list[str]:
 def limitations(env: dict[str, Any], device: torch.device) -> list[str]:
     """What this machine's versions cannot do, one line each with the remedy (empty: nothing known)."""
     out = []
+    numpy = _version("numpy") or "0"
+    if (os.environ.get("TRITON_INTERPRET") == "1" and env.get("triton")
+            and _release(env["triton"]) < (3, 7) and _release(numpy) >= (2, 4)):
+        out.append(f"Triton {env['triton']}'s interpreter cannot run attnbench's kernels with NumPy {numpy} (every "
+                   "kernel loop fails: triton-lang/triton#9171, fixed in Triton 3.7); pip install 'numpy<2.4' for "
+                   "the interpreter, compiled kernels are not affected")
     if env.get("triton") is None:
         out.append("no triton: attnbench's Triton kernels and torch.compile on CUDA cannot run; "
                    "pip install 'attnbench[gpu]'")
