@@ -108,6 +108,26 @@ def build(cls: type, table: Any, where: str, *, skip: tuple[str, ...] = ()) -> A
         raise PresetError(f"{where}: {e}") from None
 
 
+def parse_seq(value: int | str) -> int:
+    """A sequence length as presets and ``--seq`` write it: ``4096``, ``"4096"``, ``"4k"`` (= 4096), ``"1m"``
+    (= 1048576) -> int."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a sequence length: {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        s = str(value).strip().lower()
+        mult = {"k": 1024, "m": 1024 * 1024}.get(s[-1:], 1)
+        body = s[:-1] if mult > 1 else s
+        try:
+            n = int(float(body) * mult) if "." in body else int(body) * mult
+        except ValueError:
+            raise ValueError(f"not a sequence length: {value!r} (expected e.g. 4096 or '4k')") from None
+    if n < 1:
+        raise ValueError(f"sequence length must be positive, got {value!r}")
+    return n
+
+
 #: The keys every suite preset may have at its top level (the fields of :class:`SuitePreset`).
 HEADER = ("name", "description", "source", "setting")
 

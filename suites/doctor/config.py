@@ -12,24 +12,12 @@ import dataclasses
 from pathlib import Path
 
 from attnbench.engine import presets
-from attnbench.engine.presets import PresetError
+from attnbench.engine.presets import PresetError, parse_seq
 from attnbench.engine.presets import preset_names as _preset_names
 
 CHECK_DTYPES = ("float64", "float32", "float16", "bfloat16")
 TIMED_DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fwd", "fwd+bwd")
-
-
-def parse_length(value: int | str) -> int:
-    """``4096``, ``"4096"`` or ``"4k"`` -> 4096."""
-    s = str(value).strip().lower()
-    try:
-        n = int(s[:-1]) * 1024 if s.endswith("k") else int(s)
-    except ValueError:
-        raise PresetError(f"not a sequence length: {value!r} (expected e.g. 4096 or '4k')") from None
-    if n < 1:
-        raise PresetError(f"sequence length must be positive, got {value!r}")
-    return n
 
 
 @dataclasses.dataclass
@@ -74,14 +62,17 @@ class DoctorPreset(presets.SuitePreset):
         if self.budget_min <= 0:
             raise PresetError(f"preset {self.name!r}: budget_min must be positive")
         for n in self.lengths:
-            parse_length(n)
+            try:
+                parse_seq(n)
+            except ValueError as e:
+                raise PresetError(f"preset {self.name!r}: lengths: {e}") from None
         bad = [s for s in self.smokes if s.count("/") != 1]
         if bad:
             raise PresetError(f"preset {self.name!r}: smokes are 'suite/preset' names, got {bad}")
 
     @property
     def seq_lens(self) -> list[int]:
-        return sorted(parse_length(n) for n in self.lengths)
+        return sorted(parse_seq(n) for n in self.lengths)
 
     def identity(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("path", "budget_min", "description")}

@@ -14,28 +14,10 @@ from typing import Any
 from attnbench.measure.timing import DTYPES, MODES
 from attnbench.engine import presets
 from attnbench.engine.presets import PresetError
+from attnbench.engine.presets import parse_seq
 from attnbench.engine.presets import preset_names as _preset_names
 
 DEFAULT_PRESET = "cpu-default"
-
-
-def parse_seq(value: int | str) -> int:
-    """``4096``, ``"4096"``, ``"4k"`` (= 4096), ``"1m"`` (= 1048576) -> int."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a sequence length: {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        s = str(value).strip().lower()
-        mult = {"k": 1024, "m": 1024 * 1024}.get(s[-1:], 1)
-        body = s[:-1] if mult > 1 else s
-        try:
-            n = int(float(body) * mult) if "." in body else int(body) * mult
-        except ValueError:
-            raise ValueError(f"not a sequence length: {value!r} (expected e.g. 4096 or '4k')") from None
-    if n < 1:
-        raise ValueError(f"sequence length must be positive, got {value!r}")
-    return n
 
 
 def parse_seq_list(csv: str) -> list[int]:
