@@ -98,6 +98,17 @@ def test_the_budget_drops_the_longest_lengths_first_and_says_so():
     assert roomy.exit_code == 0 and "budget: dropped" not in roomy.output and "dropped (budget" not in roomy.output
 
 
+def test_the_smokes_come_last_and_get_what_the_budget_leaves():
+    args = ("--plan", "--attn", "linear", "--device", "cpu", "--smokes", "lm/tiny,recall/tiny")
+    r = doctor(*args, "--budget", "1000")
+    kinds = [ln.split()[0] for ln in r.output.splitlines() if ln.startswith("  ")]
+    assert r.exit_code == 0 and kinds[-2:] == ["smoke", "smoke"] and "smoke" not in kinds[:-2]
+    assert all(ln.endswith("planned") for ln in r.output.splitlines() if ln.startswith("  smoke"))
+    tight = doctor(*args, "--budget", "0.05")
+    notes = [ln for ln in tight.output.splitlines() if ln.startswith("budget: dropped smoke")]
+    assert [n.split()[3] for n in notes] == ["lm/tiny", "recall/tiny"]
+
+
 def test_the_gate_refuses_to_time_a_wrong_form_and_the_run_exits_1(fresh, tmp_path, small):
     bad = tmp_path / "planted.py"
     bad.write_text(PLANTED)

@@ -160,7 +160,7 @@ def mechanism_forms(names: list[str], shape: Shape, *, compile: Sequence[str] = 
         base = Form(name, "mechanism", name, shape, (), inputs, None, None, None, causal=causal, first_call_s=0.5)
         out.append(base)
         if name in compile:
-            out.append(dataclasses.replace(base, name=f"{name}+compile", family="compiled", first_call_s=40.0))
+            out.append(dataclasses.replace(base, name=f"{name}+compile", family="compiled", first_call_s=20.0))
     return out
 
 

@@ -1,10 +1,11 @@
 """The doctor's plan: every step in the order it runs, what each is estimated to cost, and what the budget drops.
 
 Order: the contract of every mechanism in each precision; the gate of every timed form (its check against the
-exact float64 form at the preset's shape); the presets' smokes; the timings, shortest length first. The checks and
-gates are never dropped (no timing without its gate). If the estimates exceed the budget, the longest length's
-timings are dropped first, then the next, each drop said in one line; while running, a step whose estimate would
-pass the budget is dropped the same way.
+exact float64 form at the preset's shape); the timings, shortest length first; the presets' smokes. The checks and
+gates are never dropped (no timing without its gate). If the checks, gates and timings are estimated past the
+budget, the longest length's timings are dropped first, then the next; the smokes get what is left, in their
+order; each drop is said in one line. While running, a timing or smoke whose estimate would pass the budget is
+dropped the same way.
 
 Estimates are stated guesses, not measurements: a check costs ``CHECK_S``; a form's first call its
 ``first_call_s`` (JIT, autotuning, compilation); a timing its warm-up and repetition windows plus three calls at
@@ -75,7 +76,6 @@ def make_plan(pre: DoctorPreset, forms: list[Form], *, device: str, contract_row
     for f in forms:
         steps.append(Step("gate", f"gate {f.name} at N={pre.gate_len}", 1.0 + f.first_call_s, form=f,
                           skip=skips.get(f.name)))
-    steps += [Step("smoke", f"smoke {s}", pre.smoke_estimate_s, smoke=s) for s in smokes]
     timed = []
     for n in pre.seq_lens:
         for mode in pre.modes:
@@ -100,8 +100,15 @@ def make_plan(pre: DoctorPreset, forms: list[Form], *, device: str, contract_row
         plan.notes.append(f"dropped N={n}: {len(drop)} timing(s), estimated {saved:.0f} s, to fit the "
                           f"{budget_s / 60:g} min budget")
     if plan.est_s > budget_s:
-        plan.notes.append(f"the checks, gates and smokes alone are estimated at {plan.est_s:.0f} s, beyond the "
-                          f"{budget_s / 60:g} min budget: smokes are dropped while running once it is reached")
+        plan.notes.append(f"the checks and gates alone are estimated at {plan.est_s:.0f} s, beyond the "
+                          f"{budget_s / 60:g} min budget: they run all the same (no timing without its gate)")
+    for name in smokes:  # what is left, in order
+        step = Step("smoke", f"smoke {name}", pre.smoke_estimate_s, smoke=name)
+        if plan.est_s + step.est_s > budget_s:
+            step.dropped = f"budget: smoke dropped to fit {budget_s / 60:g} min"
+            plan.notes.append(f"dropped smoke {name} (estimated {step.est_s:.0f} s) to fit the {budget_s / 60:g} "
+                              f"min budget")
+        plan.steps.append(step)
     return plan
 
 
