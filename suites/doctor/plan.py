@@ -58,12 +58,13 @@ class Plan:
         return sum(s.est_s for s in self.steps if s.runs)
 
 
-def time_estimate(form: Form, n: int, mode: str, pre: DoctorPreset, peak: Optional[float], first: bool,
+def time_estimate(form: Form, n: int, mode: str, pre: DoctorPreset, peak: Optional[float],
                   flops: Optional[float] = None) -> float:
-    """Seconds one timing is guessed to take (see the module docstring)."""
+    """Seconds one timing is guessed to take (see the module docstring; the form's first call is charged to its
+    gate, which runs it first)."""
     f = (flops if flops is not None else form.flops(n)) * (3 if mode == "fwd+bwd" else 1)
     call = f / (peak * EFFICIENCY) if peak else 0.0
-    return (form.first_call_s if first else 0.0) + (pre.timing.warmup_ms + pre.timing.rep_ms) / 1e3 + 3 * call
+    return (pre.timing.warmup_ms + pre.timing.rep_ms) / 1e3 + 3 * call
 
 
 def make_plan(pre: DoctorPreset, forms: list[Form], *, device: str, contract_rows: int, smokes: list[str],
@@ -84,7 +85,7 @@ def make_plan(pre: DoctorPreset, forms: list[Form], *, device: str, contract_row
                 if mechanism_flops and f.name in mechanism_flops:
                     f0, p = mechanism_flops[f.name]
                     flops = f0 * (n / pre.gate_len) ** p
-                est = time_estimate(f, n, mode, pre, peak, first=False, flops=flops)
+                est = time_estimate(f, n, mode, pre, peak, flops=flops)
                 timed.append(Step("time", f"time {f.name} N={n} {mode}", est, form=f, dtype=pre.dtype, n=n,
                                   mode=mode, skip=skips.get(f.name)))
     steps += timed

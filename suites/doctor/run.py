@@ -310,21 +310,11 @@ def _execute(plan: Plan, pre: DoctorPreset, *, names, device, env, db, out, plug
                 params = {"n": step.n, "mode": step.mode, "batch": step.form.shape.batch,
                           "heads": step.form.shape.heads, "head_dim": step.form.shape.head_dim,
                           "causal": step.form.causal, "family": step.form.family, "op": step.form.op}
-                if not gates.get(step.form.name, False):
-                    if step.form.name not in gates:  # a compiled form's gate runs before its first timing
-                        try:
-                            ok, metrics, why = gate(step.form, pre, device)
-                        except Exception as e:
-                            ok, metrics, why = False, {}, f"{type(e).__name__}: {e}"
-                        gates[step.form.name] = ok
-                        failed += not ok
-                        rec(Step("gate", "", 0, form=step.form), "ok" if ok else "incorrect", dtype=pre.dtype,
-                            metrics=metrics, error=why or None, params={"n": pre.gate_len})
-                    if not gates[step.form.name]:
-                        rec(step, "incorrect", dtype=pre.dtype, params=params,
-                            error="not timed: its gate failed (see the gate record)")
-                        say(f"  refused  {step.label}: its gate failed")
-                        continue
+                if not gates.get(step.form.name, False):  # every gate ran before the first timing
+                    rec(step, "incorrect", dtype=pre.dtype, params=params,
+                        error="not timed: its gate failed (see the gate record)")
+                    say(f"  refused  {step.label}: its gate failed")
+                    continue
                 try:
                     metrics = time_form(step.form, step.n, step.mode, pre, device, peak)
                     rec(step, "ok", dtype=pre.dtype, params=params, metrics={**metrics, "peak_what": peak_what})
