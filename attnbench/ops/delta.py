@@ -41,6 +41,7 @@ import numbers
 
 import torch
 import torch.nn.functional as F
+from packaging.version import Version
 
 from attnbench.ops.elementwise import exp_floored
 from attnbench.ops.forms import IMPLS, compute_dtype, resolve_impl
@@ -59,15 +60,6 @@ FLA_MAX_KEY_DIM = 256   # FLA's chunk kernels refuse larger key heads ("head dim
 def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
     """The concrete form ``impl`` names on ``device`` (:func:`attnbench.ops.forms.resolve_impl`)."""
     return resolve_impl("delta_rule", device, impl)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """``"3.6.0+git1a2b"`` -> ``(3, 6, 0)``."""
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
 
 
 def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[int, int] | None = None,
@@ -94,7 +86,7 @@ def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[
         import importlib.util
 
         tilelang = importlib.util.find_spec("tilelang") is not None
-    if capability[0] != 9 or tilelang or not (3, 4, 0) <= _version(triton_version) < (3, 7, 1):
+    if capability[0] != 9 or tilelang or not Version("3.4.0") <= Version(triton_version) < Version("3.7.1"):
         return None
     return (f"FLA refuses the backward of its gated chunk kernels (Gated DeltaNet, RetNet) on Hopper "
             f"(sm_{capability[0]}{capability[1]}) with Triton {triton_version} (FLA issue 640: Triton >= 3.4.0 and "

@@ -190,7 +190,8 @@ def for_length(form: Form, n: int, device: torch.device, dtype: torch.dtype = to
 
 
 def forget() -> None:
-    """Drop the built modules (between runs in one process: the tests)."""
+    """Drop the built modules: each run builds its own (a plug-in reloaded under the same name must not meet its
+    predecessor's module)."""
     _BUILT.clear()
 
 

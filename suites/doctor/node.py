@@ -10,6 +10,7 @@ import subprocess
 from typing import Any, Optional
 
 import torch
+from packaging.version import Version
 
 from attnbench.engine.smoke import GPU_PEAK_BF16
 from attnbench.ops.delta import fla_gated_backward_refusal
@@ -27,11 +28,6 @@ def _version(dist: str) -> Optional[str]:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """``"3.6.0+git"`` -> ``(3, 6, 0)``."""
-    return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in version.split("+")[0].split(".")[:3])
 
 
 def _driver() -> Optional[str]:
@@ -76,7 +72,7 @@ def limitations(env: dict[str, Any], device: torch.device) -> list[str]:
     out = []
     numpy = _version("numpy") or "0"
     if (os.environ.get("TRITON_INTERPRET") == "1" and env.get("triton")
-            and _release(env["triton"]) < (3, 7) and _release(numpy) >= (2, 4)):
+            and Version(env["triton"]) < Version("3.7") and Version(numpy) >= Version("2.4")):
         out.append(f"Triton {env['triton']}'s interpreter cannot run attnbench's kernels with NumPy {numpy} (every "
                    "kernel loop fails: triton-lang/triton#9171, fixed in Triton 3.7); pip install 'numpy<2.4' for "
                    "the interpreter, compiled kernels are not affected")

@@ -37,7 +37,8 @@ from attnbench.measure.timing import DTYPES, time_fn
 from attnbench.results.store import Store
 from attnbench.suites.doctor import leaderboard, node
 from attnbench.suites.doctor.config import DoctorPreset, load_preset
-from attnbench.suites.doctor.forms import Form, Shape, available, for_length, kernel_forms, mechanism_forms
+from attnbench.suites.doctor.forms import (Form, Shape, available, for_length, forget, kernel_forms,
+                                           mechanism_forms)
 from attnbench.suites.doctor.plan import Plan, Step, exponent, make_plan
 
 SUITE = "doctor"
@@ -210,6 +211,7 @@ def run_doctor(*, preset: Optional[str], attn: Optional[str], device: str = "aut
                smokes: Optional[str] = None, plan_only: bool = False, db: Optional[str] = None,
                out: Optional[str] = None, plugins: Sequence[str] = (), say: Callable[[str], None] = print) -> int:
     """The command (module docstring); returns the exit code."""
+    forget()
     dev = resolve_device(device)
     pre = load_preset(preset or ("h100" if dev.type == "cuda" else "cpu"))
     names = [n.strip() for n in (attn or "").split(",") if n.strip()] or registry.names() + list(DELTA_OPS)
