@@ -181,7 +181,7 @@ def test_presets_load_and_their_points():
     tiny = load_preset("tiny")
     assert [p.label for p in tiny.points()] == ["mqar"]
     labels = [p.label for p in tiny.points(sweep=True)]
-    assert labels[:3] == ["mqar d=32", "mqar", "mqar d=128"] and "mqar num_kv_pairs=16 d=128" in labels
+    assert labels[:3] == ["mqar d=32", "mqar", "mqar d=128"] and "mqar num_kv_pairs=8 d=128" in labels
     assert len(labels) == 9
     mad = load_preset("mad")
     pts = mad.points(sweep=True)
@@ -208,9 +208,9 @@ def test_a_preset_asking_the_impossible_names_the_point(tmp_path):
     text = _tiny_text()
     bad = tmp_path / "bad.toml"
     for old, new, match in (
-            ("sweep = [{ num_kv_pairs = 4 }, { num_kv_pairs = 16 }]", "sweep = [{ num_kv_pairs = 40 }]",
+            ("sweep = [{ num_kv_pairs = 4 }, { num_kv_pairs = 8 }]", "sweep = [{ num_kv_pairs = 40 }]",
              r"bad.toml: \[\[tasks\]\] #1 sweep #1: recall task mqar: num_kv_pairs=40 needs seq_len >= 160"),
-            ("num_kv_pairs = 8\n", "num_kv_pair = 8\n", "unknown key 'num_kv_pair'.*did you mean 'num_kv_pairs'"),
+            ("num_kv_pairs = 16\n", "num_kv_pair = 16\n", "unknown key 'num_kv_pair'.*did you mean 'num_kv_pairs'"),
             ("hidden = 64", 'hidden = "64"', r"\[model\]: key 'hidden': expected int, got '64'")):
         assert old in text
         bad.write_text(text.replace(old, new))
@@ -272,8 +272,8 @@ def _small(tmp_path, lrs="[1e-3, 3e-2]"):
     for a, b in (("n_train = 16000", "n_train = 64"), ("n_val = 250", "n_val = 16"), ("n_test = 1000", "n_test = 16"),
                  ("steps = 1500", "steps = 6"), ("batch_size = 32", "batch_size = 8"), ("eval_every = 250",
                  "eval_every = 3"), ("hidden = 64", "hidden = 16"), ("seq_len = 64", "seq_len = 32"),
-                 ("num_kv_pairs = 8", "num_kv_pairs = 4"), ("vocab_size = 256", "vocab_size = 64"),
-                 ("{ num_kv_pairs = 16 }", "{ num_kv_pairs = 8 }")):
+                 ("num_kv_pairs = 16\n", "num_kv_pairs = 4\n"), ("vocab_size = 256", "vocab_size = 64"),
+                 ("{ num_kv_pairs = 4 }, { num_kv_pairs = 8 }", "{ num_kv_pairs = 2 }, { num_kv_pairs = 8 }")):
         assert a in text, a
         text = text.replace(a, b)
     text = text.replace("learning_rates = [1e-3, 3e-3]", f"learning_rates = {lrs}").replace('name = "tiny"',
