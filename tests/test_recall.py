@@ -211,7 +211,8 @@ def test_a_preset_asking_the_impossible_names_the_point(tmp_path):
             ("sweep = [{ num_kv_pairs = 4 }, { num_kv_pairs = 8 }]", "sweep = [{ num_kv_pairs = 40 }]",
              r"bad.toml: \[\[tasks\]\] #1 sweep #1: recall task mqar: num_kv_pairs=40 needs seq_len >= 160"),
             ("num_kv_pairs = 16\n", "num_kv_pair = 16\n", "unknown key 'num_kv_pair'.*did you mean 'num_kv_pairs'"),
-            ("hidden = 64", 'hidden = "64"', r"\[model\]: key 'hidden': expected int, got '64'")):
+            ("hidden = 64", 'hidden = "64"', r"\[model\]: key 'hidden': expected int, got '64'"),
+            ("rate_seeds = [0]", "rate_seeds = [-1]", r"rate_seeds must be seeds \(integers >= 0\), got \[-1\]")):
         assert old in text
         bad.write_text(text.replace(old, new))
         with pytest.raises(PresetError, match=match) as e:
@@ -267,7 +268,7 @@ def test_the_compression_model_decodes_every_position_from_the_last():
 
 
 # ---------------------------------------------------------------------------------------------------- the run
-def _small(tmp_path, lrs="[1e-3, 3e-2]"):
+def _small(tmp_path, lrs="[1e-3, 3e-2]", rate_seeds="[]"):
     text = _tiny_text()
     for a, b in (("n_train = 16000", "n_train = 64"), ("n_val = 250", "n_val = 16"), ("n_test = 1000", "n_test = 16"),
                  ("steps = 1500", "steps = 6"), ("batch_size = 32", "batch_size = 8"), ("eval_every = 250",
@@ -278,6 +279,8 @@ def _small(tmp_path, lrs="[1e-3, 3e-2]"):
         text = text.replace(a, b)
     text = text.replace("learning_rates = [1e-3, 3e-3]", f"learning_rates = {lrs}").replace('name = "tiny"',
                                                                                             'name = "small"')
+    assert "rate_seeds = [0]" in text
+    text = text.replace("rate_seeds = [0]", f"rate_seeds = {rate_seeds}")
     p = tmp_path / "small.toml"
     p.write_text(text)
     return str(p)
@@ -311,6 +314,46 @@ def test_a_run_records_each_rate_and_the_table_shows_each_mixers_best(tmp_path):
     assert "Not applicable (no causal form" in cap and "laplacian" in cap
     paths = plot_recall(Source("test", recs), tmp_path / "fig")
     assert len(paths) == 1 and paths[0].stat().st_size > 1000
+
+
+def test_best_rate_compares_rates_on_the_seeds_every_rate_trained():
+    from attnbench.suites.recall.rates import best_rate
+
+    assert best_rate({1e-3: {0: 0.9, 1: 0.9}, 3e-3: {0: 0.8, 1: 0.95}}) == 1e-3      # means 0.9 vs 0.875
+    # seeds 1 and 2 trained at 3e-3 only: seed 0 decides, not 3e-3's mean over three seeds
+    assert best_rate({1e-3: {0: 0.9}, 3e-3: {0: 0.8, 1: 1.0, 2: 1.0}}) == 1e-3
+    assert best_rate({1e-3: {0: 0.5}, 3e-3: {1: 0.6}}) == 3e-3                       # no common seed: own means
+    assert best_rate({1e-3: {0: 0.7}, 3e-3: {0: 0.7}}) == 3e-3                       # a tie: the higher rate
+    assert best_rate({1e-3: {}, 3e-3: {0: 0.1}}) == 3e-3                             # a rate without records
+    with pytest.raises(ValueError, match="no validation accuracy"):
+        best_rate({1e-3: {}})
+
+
+def test_rate_seeds_pick_the_rate_the_other_seeds_train_at(tmp_path):
+    from attnbench.results.store import Store
+    from attnbench.suites.recall.leaderboard import measured_tables
+    from attnbench.suites.recall.rates import best_rate
+    from attnbench.suites.recall.train import run_recall
+
+    db, out = str(tmp_path / "r.db"), str(tmp_path / "w")
+    pre = _small(tmp_path, rate_seeds="[0]")
+    # seeds 1 and 2 asked alone: seed 0 trains first at both rates, then 1 and 2 at the rate it picked
+    s = run_recall(mixers=parse_mixers("softmax,linear"), preset=pre, db=db, out=out, seeds=[1, 2], progress=False)
+    assert s.exit_code() == 0 and [o.status for o in s.outcomes] == ["ok"] * 8
+    with Store(db) as st:
+        recs = st.measurements(suite="recall")
+    for mixer in ("softmax", "linear"):
+        mine = [r for r in recs if r.attention == mixer]
+        first = {r.params["lr"]: {0: r.metrics["best_val_acc"]} for r in mine if r.seed == 0}
+        assert set(first) == {1e-3, 3e-2}
+        later = {(r.seed, r.params["lr"]) for r in mine if r.seed != 0}
+        assert later == {(1, best_rate(first)), (2, best_rate(first))}
+    (_, _, rows, cap), = measured_tables(recs, "test")
+    for row in rows:
+        assert "(seed 0)" in row[3] and "validation accuracy (mean over the seeds that trained at every rate)" in cap
+    # again with a further seed: the finished cells are not trained again, seed 3 only
+    s = run_recall(mixers=parse_mixers("softmax,linear"), preset=pre, db=db, out=out, seeds=[0, 3], progress=False)
+    assert s.exit_code() == 0 and sum(o.status == "ok" and not o.skipped for o in s.outcomes) == 2
 
 
 def test_a_bad_width_is_refused_before_any_data(tmp_path):

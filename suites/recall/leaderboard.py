@@ -1,9 +1,9 @@
 """The recall leaderboard: ``attnbench table recall`` and ``attnbench plot recall``.
 
 One table per (setting, device, task point): a row per mixer at the learning rate whose validation accuracy,
-averaged over the seeds, is best (Zoology's and MAD's protocol: the best of a sweep; here chosen on validation, not
-on the test set), with its test accuracy over the asked positions (mean over seeds with the test-set and seed
-intervals), the rate that won and the validation accuracy at each rate, the state one layer carries, parameters
+averaged over the seeds that trained at every rate, is best (:mod:`.rates`; Zoology's and MAD's protocol: the best
+of a sweep, here chosen on validation, not on the test set), with its test accuracy over the asked positions (mean
+over seeds with the test-set and seed intervals), the rate that won and the validation accuracy at each rate, the state one layer carries, parameters
 and wall time. The caption: the budget, the separation line (compare's tests between the rows, Holm-corrected),
 how stable the ordering is across seeds, and the registered mechanisms that do not apply (no causal form).
 
@@ -26,11 +26,19 @@ from attnbench.views.rows import aggregate, board_title, fmt_seeds, seed_note, s
 from attnbench.views.sources import Source, commits_of
 from attnbench.views.tables import table_view
 
+from .rates import best_rate
 
-def _val(rs: list[Measurement]) -> float | None:
-    vals = [r.metrics.get("best_val_acc") for r in rs if r.status == "ok"]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return statistics.fmean(vals) if vals else None
+
+def _vals(rs: list[Measurement]) -> dict[int, float]:
+    """``{seed: best validation accuracy}`` of a mixer's finished records at one rate."""
+    return {r.seed: r.metrics["best_val_acc"] for r in rs
+            if r.status == "ok" and isinstance(r.metrics.get("best_val_acc"), (int, float))}
+
+
+def _common(rates: dict[float, list[Measurement]]) -> set:
+    """The seeds every rate of a mixer finished: what the rates are compared on (:func:`.rates.best_rate`)."""
+    seeds = [set(v) for v in map(_vals, rates.values()) if v]
+    return set.intersection(*seeds) if seeds else set()
 
 
 def by_rate(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float, list[Measurement]]]]:
@@ -43,15 +51,14 @@ def by_rate(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float,
 
 
 def best_rows(grouped: dict[tuple, dict[str, dict[float, list[Measurement]]]]) -> dict[tuple, dict[str, list]]:
-    """Of :func:`by_rate`'s groups, each mixer's records at its best learning rate: the one with the highest mean
-    validation accuracy over its seeds."""
+    """Of :func:`by_rate`'s groups, each mixer's records at its best learning rate (:func:`.rates.best_rate`: the
+    highest mean validation accuracy over the seeds that trained at every rate, the rule the run picks by)."""
     best: dict[tuple, dict[str, list[Measurement]]] = {}
     for key, mixers in grouped.items():
         best[key] = {}
         for mixer, rates in mixers.items():
-            scored = [(v, lr) for lr, rs in rates.items() if (v := _val(rs)) is not None]
-            lr = max(scored)[1] if scored else next(iter(rates))
-            best[key][mixer] = rates[lr]
+            val = {lr: _vals(rs) for lr, rs in rates.items()}
+            best[key][mixer] = rates[best_rate(val) if any(val.values()) else next(iter(rates))]
     return best
 
 
@@ -108,9 +115,14 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                 table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
                 continue
             m = ok[-1].metrics
-            by_lr = {lr: _val(rs_lr) for lr, rs_lr in grouped[(setting, device, task)][mx].items()}
-            scan = " · ".join(f"{_fmt_lr(lr)}: {100 * v:.1f}" if v is not None else f"{_fmt_lr(lr)}: -"
+            rates = grouped[(setting, device, task)][mx]
+            common = _common(rates)
+            by_lr = {lr: [v for s, v in _vals(rs_lr).items() if not common or s in common]
+                     for lr, rs_lr in rates.items()}
+            scan = " · ".join(f"{_fmt_lr(lr)}: {100 * statistics.fmean(v):.1f}" if v else f"{_fmt_lr(lr)}: -"
                               for lr, v in sorted(by_lr.items(), key=lambda kv: kv[0] or 0))
+            if common and len(rates) > 1 and any(len(_vals(rs_lr)) > len(common) for rs_lr in rates.values()):
+                scan += f" (seed {','.join(map(str, sorted(common)))})"
             table.append([mx, fmt_seeds(stats[mx]), _fmt_lr(ok[-1].params.get("lr")), scan, _state(m),
                           f"{m['n_params'] / 1e3:.0f} k" if m.get("n_params") else "-",
                           f"{statistics.fmean(r.metrics.get('wall_s', 0) for r in ok):.0f} s"])
@@ -126,8 +138,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                f"{fp.get('hidden')}, {fp.get('n_train', fm.get('n_train'))} training examples, "
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')}. Test accuracy over the "
                f"{fm.get('n_test')} asked positions of the test split (weights of the best validation step), at "
-               f"the learning rate whose validation accuracy (mean over seeds) is best; 'val acc by lr' shows each "
-               f"rate's. state/layer: the numbers one layer's mixer carries from token to token per sequence "
+               f"the learning rate whose validation accuracy (mean over the seeds that trained at every rate) is best; "
+               f"'val acc by lr' shows each rate's. state/layer: the numbers one layer's mixer carries from token to "
+               f"token per sequence "
                f"(the Transformer's KV cache at this length, which grows with it: 'KV'; the convolution windows "
                f"aside). Commit {', '.join(commits_of(every))}."
                + seed_note(stats.values()) + " " + separation(rows, metric("score")).line("Separation")
