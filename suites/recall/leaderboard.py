@@ -3,9 +3,10 @@
 One table per (setting, device, task point): a row per mixer at the learning rate whose validation accuracy,
 averaged over the seeds that trained at every rate, is best (:mod:`.rates`; Zoology's and MAD's protocol: the best
 of a sweep, here chosen on validation, not on the test set), with its test accuracy over the asked positions (mean
-over seeds with the test-set and seed intervals), the rate that won and the validation accuracy at each rate, the state one layer carries, parameters
-and wall time. The caption: the budget, the separation line (compare's tests between the rows, Holm-corrected),
-how stable the ordering is across seeds, and the registered mechanisms that do not apply (no causal form).
+over seeds with the test-set and seed intervals), the rate that won and the validation accuracy at each rate, the
+state one layer carries, parameters and wall time. The caption: the budget, the separation line (compare's tests
+between the rows, Holm-corrected), how stable the ordering is across seeds, and the registered mechanisms that do
+not apply (no causal form).
 
 The plot: test accuracy against state size per layer, one line per mixer over the widths of a difficulty (the
 signature figure of Zoology and MAD); softmax's state is its KV cache at the task's length.
