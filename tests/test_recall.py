@@ -351,6 +351,13 @@ def test_rate_seeds_pick_the_rate_the_other_seeds_train_at(tmp_path):
     (_, _, rows, cap), = measured_tables(recs, "test")
     for row in rows:
         assert "(seed 0)" in row[3] and "validation accuracy (mean over the seeds that trained at every rate)" in cap
+    # a mixer whose rate-seed cells have not finished gets no rate (its later seeds wait)
+    from attnbench.suites.recall.config import load_preset
+    from attnbench.suites.recall.train import picked_rates, plan_cells
+
+    p = load_preset(pre)
+    cells = plan_cells(p, parse_mixers("softmax,deltanet"), p.points(), seeds=[0], device="cpu")
+    assert set(picked_rates(cells, db)) == {("mqar", "softmax")}
     # again with a further seed: the finished cells are not trained again, seed 3 only
     s = run_recall(mixers=parse_mixers("softmax,linear"), preset=pre, db=db, out=out, seeds=[0, 3], progress=False)
     assert s.exit_code() == 0 and sum(o.status == "ok" and not o.skipped for o in s.outcomes) == 2
