@@ -3,6 +3,8 @@ leaderboard picks each mixer's learning rate on validation, and the smokes of it
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import numpy as np
@@ -312,6 +314,10 @@ def test_a_run_records_each_rate_and_the_table_shows_each_mixers_best(tmp_path):
         assert row[2] == f"{max(by_lr, key=lambda k: (by_lr[k], k)):.0e}"
     assert "pairs separated" in cap or "no pair" in cap
     assert "Not applicable (no causal form" in cap and "laplacian" in cap
+    # records of another difficulty under the same task label (a preset's default changed) are a table of their own
+    other = [dataclasses.replace(r, config_hash="other" + r.config_hash, params={
+        **r.params, "task_params": {**r.params["task_params"], "num_kv_pairs": 2}}) for r in recs]
+    assert [len(t[2]) for t in measured_tables(recs + other, "test")] == [2, 2]
     paths = plot_recall(Source("test", recs), tmp_path / "fig")
     assert len(paths) == 1 and paths[0].stat().st_size > 1000
 
@@ -352,7 +358,6 @@ def test_rate_seeds_pick_the_rate_the_other_seeds_train_at(tmp_path):
     for row in rows:
         assert "(seed 0)" in row[3] and "validation accuracy (mean over the seeds that trained at every rate)" in cap
     # a mixer whose rate-seed cells have not finished gets no rate (its later seeds wait)
-    from attnbench.suites.recall.config import load_preset
     from attnbench.suites.recall.train import picked_rates, plan_cells
 
     p = load_preset(pre)

@@ -42,12 +42,19 @@ def _common(rates: dict[float, list[Measurement]]) -> set:
     return set.intersection(*seeds) if seeds else set()
 
 
+def _point(r: Measurement) -> str:
+    """What a record was trained on besides its mixer, rate and seed: two points that share a task label (a preset
+    whose default difficulty changed) are two tables, never one."""
+    return json.dumps({k: r.params.get(k) for k in ("task_params", "hidden", "n_train", "steps", "batch_size",
+                                                    "identity")}, sort_keys=True, default=str)
+
+
 def by_rate(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float, list[Measurement]]]]:
-    """``(setting, device, task) -> {mixer: {learning rate: its records, one per seed}}``."""
+    """``(setting, device, task, point) -> {mixer: {learning rate: its records, one per seed}}``."""
     out: dict[tuple, dict[str, dict]] = {}
-    for (setting, device, _dtype, task, (mixer, lr)), rs in seed_rows(
-            records, key=lambda r: (r.attention, r.params.get("lr"))).items():
-        out.setdefault((setting, device, task), {}).setdefault(mixer, {})[lr] = rs
+    for (setting, device, _dtype, task, (mixer, lr, point)), rs in seed_rows(
+            records, key=lambda r: (r.attention, r.params.get("lr"), _point(r))).items():
+        out.setdefault((setting, device, task, point), {}).setdefault(mixer, {})[lr] = rs
     return out
 
 
@@ -104,7 +111,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
     grouped = by_rate(records)
     best = best_rows(grouped)
     out = []
-    for (setting, device, task), rows in sorted(best.items()):
+    for (setting, device, task, point), rows in sorted(best.items()):
         stats = {mx: aggregate(rs, "score") for mx, rs in rows.items()}
         order = sorted(rows, key=lambda mx: -(stats[mx].mean if stats[mx] is not None else -1))
         header = ["mixer", "test acc % (answers)", "best lr", "val acc by lr", "state/layer", "params", "wall"]
@@ -116,7 +123,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                 table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
                 continue
             m = ok[-1].metrics
-            rates = grouped[(setting, device, task)][mx]
+            rates = grouped[(setting, device, task, point)][mx]
             common = _common(rates)
             by_lr = {lr: [v for s, v in _vals(rs_lr).items() if not common or s in common]
                      for lr, rs_lr in rates.items()}
@@ -161,7 +168,7 @@ def plot_recall(source: Source, out_dir: Path, prefix: str = "recall") -> list[P
     import matplotlib.pyplot as plt
 
     panels: dict[tuple, dict[str, list[tuple[float, float, bool]]]] = {}
-    for (setting, device, _task), rows in best_rows(by_rate(source.records)).items():
+    for (setting, device, _task, _point), rows in best_rows(by_rate(source.records)).items():
         for mx, rs in rows.items():
             st = aggregate(rs, "score")
             ok = [r for r in rs if r.status == "ok"]
