@@ -35,6 +35,7 @@ from attnbench.measure.peak import PeakMeter
 from attnbench.models.mixers import fla_refusal
 from attnbench.ops.delta import resolve_delta_impl
 from attnbench.results.records import point_hash
+from attnbench.results.store import Store
 
 from . import data as recall_data
 from .config import Mixer, Point, RecallPreset, load_preset
@@ -118,8 +119,6 @@ def split_seeds(pre: RecallPreset, seeds: Sequence[int]) -> tuple[list[int], lis
 def picked_rates(sweep_cells: Sequence[Cell], db: Optional[str]) -> dict[tuple[str, str], float]:
     """``{(point, mixer): rate}`` for each (point, mixer) whose rate-seed cells have all finished in the store,
     by :func:`~.rates.best_rate` over their best validation accuracy."""
-    from attnbench.results.store import Store
-
     with Store(db) as store:
         done = {r.config_hash: r for r in store.measurements(suite=SUITE, status="ok")}
     val: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
