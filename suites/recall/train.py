@@ -9,7 +9,8 @@ on the validation split's answers every ``eval_every`` steps (the weights of the
 on the test split. The cells run through the shared sweep (skip finished, ``--shard``, resume from checkpoints).
 With the preset's ``rate_seeds`` (the tiny preset: seed 0) only those seeds train at every rate; the other seeds
 asked for train afterwards, each mixer at the rate the rate seeds' validation picked (:func:`~.rates.best_rate`,
-read from the store: the rate seeds' cells must have finished there, in this run or an earlier one).
+read from the store: the rate seeds' cells must have finished there, in this run or an earlier one; shards that
+write stores of their own run the rate seeds first, and the later seeds on a store holding them).
 
 Per cell the store gets: ``score`` (test accuracy over the asked positions, in %), ``n_test`` (those positions),
 the best validation accuracy (what chooses the learning rate: :mod:`.leaderboard`), the mixer's state size per
