@@ -362,7 +362,7 @@ def test_rate_seeds_pick_the_rate_the_other_seeds_train_at(tmp_path):
 
     p = load_preset(pre)
     cells = plan_cells(p, parse_mixers("softmax,deltanet"), p.points(), seeds=[0], device="cpu")
-    assert set(picked_rates(cells, db)) == {("mqar", "softmax")}
+    assert set(picked_rates(cells, db, p.key)) == {("mqar", "softmax")}
     # again with a further seed: the finished cells are not trained again, seed 3 only
     s = run_recall(mixers=parse_mixers("softmax,linear"), preset=pre, db=db, out=out, seeds=[0, 3], progress=False)
     assert s.exit_code() == 0 and sum(o.status == "ok" and not o.skipped for o in s.outcomes) == 2

@@ -27,19 +27,13 @@ from attnbench.views.rows import aggregate, board_title, fmt_seeds, seed_note, s
 from attnbench.views.sources import Source, commits_of
 from attnbench.views.tables import table_view
 
-from .rates import best_rate
+from .rates import best_rate, common_seeds
 
 
 def _vals(rs: list[Measurement]) -> dict[int, float]:
     """``{seed: best validation accuracy}`` of a mixer's finished records at one rate."""
     return {r.seed: r.metrics["best_val_acc"] for r in rs
             if r.status == "ok" and isinstance(r.metrics.get("best_val_acc"), (int, float))}
-
-
-def _common(rates: dict[float, list[Measurement]]) -> set:
-    """The seeds every rate of a mixer finished: what the rates are compared on (:func:`.rates.best_rate`)."""
-    seeds = [set(v) for v in map(_vals, rates.values()) if v]
-    return set.intersection(*seeds) if seeds else set()
 
 
 def _point(r: Measurement) -> str:
@@ -123,13 +117,12 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
                 table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
                 continue
             m = ok[-1].metrics
-            rates = grouped[(setting, device, task, point)][mx]
-            common = _common(rates)
-            by_lr = {lr: [v for s, v in _vals(rs_lr).items() if not common or s in common]
-                     for lr, rs_lr in rates.items()}
+            val = {lr: _vals(rs_lr) for lr, rs_lr in grouped[(setting, device, task, point)][mx].items()}
+            common = common_seeds(val)
+            by_lr = {lr: [a for s, a in v.items() if not common or s in common] for lr, v in val.items()}
             scan = " · ".join(f"{_fmt_lr(lr)}: {100 * statistics.fmean(v):.1f}" if v else f"{_fmt_lr(lr)}: -"
                               for lr, v in sorted(by_lr.items(), key=lambda kv: kv[0] or 0))
-            if common and len(rates) > 1 and any(len(_vals(rs_lr)) > len(common) for rs_lr in rates.values()):
+            if common and len(val) > 1 and any(len(v) > len(common) for v in val.values()):
                 scan += f" (seed {','.join(map(str, sorted(common)))})"
             table.append([mx, fmt_seeds(stats[mx]), _fmt_lr(ok[-1].params.get("lr")), scan, _state(m),
                           f"{m['n_params'] / 1e3:.0f} k" if m.get("n_params") else "-",

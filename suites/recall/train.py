@@ -117,11 +117,11 @@ def split_seeds(pre: RecallPreset, seeds: Sequence[int]) -> tuple[list[int], lis
     return (list(pre.rate_seeds) if rest else list(seeds)), rest
 
 
-def picked_rates(sweep_cells: Sequence[Cell], db: Optional[str]) -> dict[tuple[str, str], float]:
+def picked_rates(sweep_cells: Sequence[Cell], db: Optional[str], setting: str) -> dict[tuple[str, str], float]:
     """``{(point, mixer): rate}`` for each (point, mixer) whose rate-seed cells have all finished in the store,
     by :func:`~.rates.best_rate` over their best validation accuracy."""
     with Store(db) as store:
-        done = {r.config_hash: r for r in store.measurements(suite=SUITE, status="ok")}
+        done = {r.config_hash: r for r in store.measurements(suite=SUITE, setting=setting, status="ok")}
     val: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
     missing = set()
     for c in sweep_cells:
@@ -264,7 +264,7 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
         summary = run.sweep(cells, one, setting=pre.key, config=config, describe=_line, skipped=skipped)
         if not rest or summary.interrupted:
             return summary
-        rates = dist.broadcast(picked_rates(cells, opts.db) if dist.main else None)
+        rates = dist.broadcast(picked_rates(cells, opts.db, pre.key) if dist.main else None)
         waiting = [Outcome(Cell(task=p.label, attention=m.label, config_hash=""), CellResult("skipped"),
                            skipped=f"seed {','.join(map(str, rest))} wait for the rate seed "
                                    f"{','.join(map(str, first))} picks (its cells run in another process or did "
