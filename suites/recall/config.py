@@ -4,9 +4,8 @@ A preset file has::
 
     name, description, source, setting
     mixers = "softmax,linear,..."     # the default --attn
-    learning_rates = [1e-3, 3e-3]     # every mixer trains at each; its score is the rate best on validation
-    rate_seeds = [0]                  # optional: only these seeds train at every rate; any other seed trains at
-                                      # the rate they picked (absent or []: every seed at every rate)
+    learning_rates = [1e-3, 3e-3]     # every mixer and seed trains at each; a seed's score is at the rate best on
+                                      # its validation (suites/recall/rates.py)
     epochs = 200                      # optional: steps = epochs x training examples // batch at each point
                                       # (MAD's protocol); 0 or absent: [train] steps everywhere
     widths = [64, 128]                # --sweep: the model widths of the difficulty sweep
@@ -108,7 +107,6 @@ class RecallPreset(presets.SuitePreset):
     train: TrainConfig
     mixers: str = "softmax"
     learning_rates: list[float] = dataclasses.field(default_factory=lambda: [1e-3])
-    rate_seeds: list[int] = dataclasses.field(default_factory=list)
     widths: list[int] = dataclasses.field(default_factory=list)
     epochs: int = 0
     tasks: tuple = dataclasses.field(default=(), metadata={"from_file": False})
@@ -116,8 +114,6 @@ class RecallPreset(presets.SuitePreset):
     def __post_init__(self) -> None:
         if not self.learning_rates or any(lr <= 0 for lr in self.learning_rates):
             raise ValueError(f"learning_rates must be a non-empty list of positive rates, got {self.learning_rates}")
-        if any(not isinstance(s, int) or s < 0 for s in self.rate_seeds):
-            raise ValueError(f"rate_seeds must be seeds (integers >= 0), got {self.rate_seeds}")
         if any(w < 1 for w in self.widths):
             raise ValueError(f"widths must be positive, got {self.widths}")
         if self.epochs < 0:

@@ -1,10 +1,10 @@
 """The recall leaderboard: ``attnbench table recall`` and ``attnbench plot recall``.
 
-One table per (setting, device, task point): a row per mixer at the learning rate whose validation accuracy,
-averaged over the seeds that trained at every rate, is best (:mod:`.rates`; Zoology's and MAD's protocol: the best
-of a sweep, here chosen on validation, not on the test set), with its test accuracy over the asked positions (mean
-over seeds with the test-set and seed intervals), the rate that won and the validation accuracy at each rate, the
-state one layer carries, parameters and wall time. The caption: the budget, the separation line (compare's tests
+One table per (setting, device, task point): a row per mixer, each seed scored at the learning rate whose
+validation accuracy is best for that seed (:mod:`.rates`; Zoology's and MAD's protocol: the best of a sweep, here
+chosen on validation, not on the test set), with its test accuracy over the asked positions (mean over seeds with
+the test-set and seed intervals), the rates that won and the validation accuracy at each rate, the state one layer
+carries, parameters and wall time. The caption: the budget, the separation line (compare's tests
 between the rows, Holm-corrected), how stable the ordering is across seeds, and the registered mechanisms that do
 not apply (no causal form).
 
@@ -14,6 +14,7 @@ signature figure of Zoology and MAD); softmax's state is its KV cache at the tas
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import statistics
@@ -27,7 +28,7 @@ from attnbench.views.rows import aggregate, board_title, fmt_seeds, seed_note, s
 from attnbench.views.sources import Source, commits_of
 from attnbench.views.tables import table_view
 
-from .rates import best_rate, common_seeds
+from .rates import best_rates, complete_seeds
 
 
 def _vals(rs: list[Measurement]) -> dict[int, float]:
@@ -53,15 +54,25 @@ def by_rate(records: Iterable[Measurement]) -> dict[tuple, dict[str, dict[float,
 
 
 def best_rows(grouped: dict[tuple, dict[str, dict[float, list[Measurement]]]]) -> dict[tuple, dict[str, list]]:
-    """Of :func:`by_rate`'s groups, each mixer's records at its best learning rate (:func:`.rates.best_rate`: the
-    highest mean validation accuracy over the seeds that trained at every rate, the rule the run picks by)."""
+    """Of :func:`by_rate`'s groups, each mixer's records, one per seed whose sweep has finished, each at the rate
+    whose validation accuracy is best for that seed (:func:`.rates.best_rates`, the run's protocol). A mixer with no
+    finished sweep keeps only its records that failed, if any (the table shows how they stand)."""
     best: dict[tuple, dict[str, list[Measurement]]] = {}
     for key, mixers in grouped.items():
         best[key] = {}
         for mixer, rates in mixers.items():
-            val = {lr: _vals(rs) for lr, rs in rates.items()}
-            best[key][mixer] = rates[best_rate(val) if any(val.values()) else next(iter(rates))]
+            picks = best_rates({lr: _vals(rs) for lr, rs in rates.items()})
+            best[key][mixer] = ([r for s, lr in picks.items() for r in rates[lr] if r.seed == s and r.status == "ok"]
+                                or [r for rs in rates.values() for r in rs if r.status != "ok"])
     return best
+
+
+def _picked(rs: list[Measurement]) -> str:
+    """The rates the seeds of a row were scored at: ``3e-03`` when one, ``3e-03 ×4 · 1e-03 ×2`` when several."""
+    won = collections.Counter(r.params.get("lr") for r in rs if r.status == "ok")
+    if len(won) == 1:
+        return _fmt_lr(next(iter(won)))
+    return " · ".join(f"{_fmt_lr(lr)} ×{n}" for lr, n in sorted(won.items(), key=lambda kv: (-kv[1], -(kv[0] or 0))))
 
 
 def order_stability(rows: dict[str, list[Measurement]]) -> str:
@@ -108,26 +119,27 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
     for (setting, device, task, point), rows in sorted(best.items()):
         stats = {mx: aggregate(rs, "score") for mx, rs in rows.items()}
         order = sorted(rows, key=lambda mx: -(stats[mx].mean if stats[mx] is not None else -1))
+        left_out: list[str] = []
         header = ["mixer", "test acc % (answers)", "best lr", "val acc by lr", "state/layer", "params", "wall"]
         table = []
         for mx in order:
             rs = rows[mx]
+            val = {lr: _vals(rs_lr) for lr, rs_lr in grouped[(setting, device, task, point)][mx].items()}
+            done = complete_seeds(val)
+            pending = sorted({s for v in val.values() for s in v} - done)
+            if pending:
+                left_out.append(f"{mx} (seed {','.join(map(str, pending))})")
             ok = [r for r in rs if r.status == "ok"]
             if not ok:
-                table.append([mx, rs[-1].status, *["-"] * (len(header) - 2)])
+                table.append([mx, rs[-1].status if rs else "sweep unfinished", *["-"] * (len(header) - 2)])
                 continue
             m = ok[-1].metrics
-            val = {lr: _vals(rs_lr) for lr, rs_lr in grouped[(setting, device, task, point)][mx].items()}
-            common = common_seeds(val)
-            by_lr = {lr: [a for s, a in v.items() if not common or s in common] for lr, v in val.items()}
-            scan = " · ".join(f"{_fmt_lr(lr)}: {100 * statistics.fmean(v):.1f}" if v else f"{_fmt_lr(lr)}: -"
-                              for lr, v in sorted(by_lr.items(), key=lambda kv: kv[0] or 0))
-            if common and len(val) > 1 and any(len(v) > len(common) for v in val.values()):
-                scan += f" (seed {','.join(map(str, sorted(common)))})"
-            table.append([mx, fmt_seeds(stats[mx]), _fmt_lr(ok[-1].params.get("lr")), scan, _state(m),
+            scan = " · ".join(f"{_fmt_lr(lr)}: {100 * statistics.fmean(v[s] for s in done):.1f}"
+                              for lr, v in sorted(val.items(), key=lambda kv: kv[0] or 0))
+            table.append([mx, fmt_seeds(stats[mx]), _picked(rs), scan, _state(m),
                           f"{m['n_params'] / 1e3:.0f} k" if m.get("n_params") else "-",
                           f"{statistics.fmean(r.metrics.get('wall_s', 0) for r in ok):.0f} s"])
-        every = [r for rs in rows.values() for r in rs]
+        every = [r for rates in grouped[(setting, device, task, point)].values() for rs in rates.values() for r in rs]
         first = next((r for r in every if r.status == "ok"), None)
         if first is None:
             out.append((board_title(f"recall {task}", setting, device, every), header, table,
@@ -138,9 +150,11 @@ def measured_tables(records: Iterable[Measurement], source_label: str):
         cap = (f"{source_label}. Task {task}: {json.dumps(fp.get('task_params', {}), sort_keys=True)}; width "
                f"{fp.get('hidden')}, {fp.get('n_train', fm.get('n_train'))} training examples, "
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')}. Test accuracy over the "
-               f"{fm.get('n_test')} asked positions of the test split (weights of the best validation step), at "
-               f"the learning rate whose validation accuracy (mean over the seeds that trained at every rate) is best; "
-               f"'val acc by lr' shows each rate's. state/layer: the numbers one layer's mixer carries from token to "
+               f"{fm.get('n_test')} asked positions of the test split (weights of the best validation step), each "
+               f"seed at the learning rate whose validation accuracy is best for it ('best lr': the rates that won, "
+               f"'val acc by lr': each rate's mean over the seeds)."
+               + (f" Left out until they have trained at every rate: {', '.join(left_out)}." if left_out else "")
+               + f" state/layer: the numbers one layer's mixer carries from token to "
                f"token per sequence "
                f"(the Transformer's KV cache at this length, which grows with it: 'KV'; the convolution windows "
                f"aside). Commit {', '.join(commits_of(every))}."

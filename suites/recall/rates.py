@@ -1,25 +1,22 @@
-"""Which learning rate a recall score is taken at: the one rule the run (what the later seeds train at) and the
-leaderboard (which records a row shows) share. Torch-free: the leaderboard imports it."""
+"""Which learning rate a recall score is taken at: per seed, the rate of the sweep whose validation accuracy is best
+(Zoology's and MAD's best of a learning-rate sweep, per run, chosen on validation rather than on the test set).
+
+Per seed, not one rate per mixer: MQAR has a plateau before learning starts, and whether a run leaves it at a given
+rate depends on its seed; one rate for every seed leaves some seeds of a mixer on the plateau that the other rate
+frees (results/recall/README.md). The score of a seed is then that of the recipe "train at each rate, keep the run
+that validates best", which is what Zoology reports. Torch-free: the leaderboard imports it."""
 
 from __future__ import annotations
 
 
-def common_seeds(val: dict[float, dict[int, float]]) -> set:
-    """The seeds that trained at every rate with a validation accuracy (``val``: ``{rate: {seed: accuracy}}``;
-    rates without any are left out): what :func:`best_rate` compares the rates on."""
-    seeds = [set(v) for v in val.values() if v]
+def complete_seeds(val: dict[float, dict[int, float]]) -> set:
+    """The seeds with a validation accuracy at every rate of ``val`` (``{rate: {seed: accuracy}}``): the seeds whose
+    sweep has finished, the only ones :func:`best_rates` scores."""
+    seeds = [set(v) for v in val.values()]
     return set.intersection(*seeds) if seeds else set()
 
 
-def best_rate(val: dict[float, dict[int, float]]) -> float:
-    """The learning rate a mixer's score is taken at, from ``{rate: {seed: best validation accuracy}}``: the
-    highest mean validation accuracy over the seeds that trained at every rate (Zoology's and MAD's best of a
-    sweep, chosen on validation). With ``rate_seeds`` the other seeds train at the chosen rate only, so comparing
-    rates over every seed would set one seed's figure against several seeds' mean. No common seed: each rate's
-    mean over its own seeds. Ties go to the higher rate."""
-    scored = {lr: v for lr, v in val.items() if v}
-    if not scored:
-        raise ValueError("best_rate: no validation accuracy at any rate")
-    common = common_seeds(scored)
-    return max((sum(v[s] for s in common) / len(common) if common else sum(v.values()) / len(v), lr)
-               for lr, v in scored.items())[1]
+def best_rates(val: dict[float, dict[int, float]]) -> dict[int, float]:
+    """``{seed: the rate whose validation accuracy is best for that seed}`` over the seeds that trained at every rate
+    of ``val`` (``{rate: {seed: best validation accuracy}}``); ties go to the higher rate."""
+    return {s: max((v[s], lr) for lr, v in val.items())[1] for s in sorted(complete_seeds(val))}

@@ -7,10 +7,8 @@ of :mod:`attnbench.models.lm` with that mixer in every block, trained by the sha
 (:mod:`attnbench.engine.train`) on the cross entropy of the asked positions only (targets not -100), validated
 on the validation split's answers every ``eval_every`` steps (the weights of the best step are kept), then scored
 on the test split. The cells run through the shared sweep (skip finished, ``--shard``, resume from checkpoints).
-With the preset's ``rate_seeds`` (the tiny preset: seed 0) only those seeds train at every rate; the other seeds
-asked for train afterwards, each mixer at the rate the rate seeds' validation picked (:func:`~.rates.best_rate`,
-read from the store: the rate seeds' cells must have finished there, in this run or an earlier one; shards that
-write stores of their own run the rate seeds first, and the later seeds on a store holding them).
+Every seed trains at every rate: a seed's score is taken at the rate its validation picks (:mod:`.rates`, applied
+by the leaderboard).
 
 Per cell the store gets: ``score`` (test accuracy over the asked positions, in %), ``n_test`` (those positions),
 the best validation accuracy (what chooses the learning rate: :mod:`.leaderboard`), the mixer's state size per
@@ -36,12 +34,10 @@ from attnbench.measure.peak import PeakMeter
 from attnbench.models.mixers import fla_refusal
 from attnbench.ops.delta import resolve_delta_impl
 from attnbench.results.records import point_hash
-from attnbench.results.store import Store
 
 from . import data as recall_data
 from .config import Mixer, Point, RecallPreset, load_preset
 from .model import build_model
-from .rates import best_rate
 from .tasks import IGNORE
 
 SUITE = "recall"
@@ -86,16 +82,13 @@ def accuracy(model: torch.nn.Module, split: recall_data.Split, *, batch: int, di
 
 
 def plan_cells(pre: RecallPreset, mixers: Sequence[Mixer], points: Sequence[Point], *, seeds: Sequence[int],
-               device: str, rates: Optional[dict[tuple[str, str], float]] = None) -> list[Cell]:
+               device: str) -> list[Cell]:
     """One cell per (point, applicable mixer, learning rate, seed); a seed's cell is the same whether its run
-    had other seeds or not. ``rates``: ``{(point, mixer): rate}`` trains those at that one rate (the rate the
-    rate seeds picked); a (point, mixer) not in it gets no cell."""
+    had other seeds or not."""
     cells = []
     for point in points:
         for m in (m for m in mixers if m.variant is not None):
-            if rates is not None and (point.label, m.label) not in rates:
-                continue
-            for lr in pre.learning_rates if rates is None else [rates[(point.label, m.label)]]:
+            for lr in pre.learning_rates:
                 for seed in seeds:
                     params = {"seed": seed, "preset": pre.name, "task_params": point.params, "hidden": point.hidden,
                               "n_train": point.n_train,
@@ -108,30 +101,6 @@ def plan_cells(pre: RecallPreset, mixers: Sequence[Mixer], points: Sequence[Poin
                                       params=params, dtype="float32", seed=seed, payload=Plan(point, m, lr),
                                       name=f"{point.label} · {m.label} · lr {lr:g} · seed {seed}"))
     return cells
-
-
-def split_seeds(pre: RecallPreset, seeds: Sequence[int]) -> tuple[list[int], list[int]]:
-    """``seeds`` as (those that train at every rate, those that train at the rate the first picked). With the
-    preset's ``rate_seeds`` and any other seed asked, every rate seed trains first, asked or not."""
-    rest = [s for s in seeds if s not in pre.rate_seeds] if pre.rate_seeds else []
-    return (list(pre.rate_seeds) if rest else list(seeds)), rest
-
-
-def picked_rates(sweep_cells: Sequence[Cell], db: Optional[str], setting: str) -> dict[tuple[str, str], float]:
-    """``{(point, mixer): rate}`` for each (point, mixer) whose rate-seed cells have all finished in the store,
-    by :func:`~.rates.best_rate` over their best validation accuracy."""
-    with Store(db) as store:
-        done = {r.config_hash: r for r in store.measurements(suite=SUITE, setting=setting, status="ok")}
-    val: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
-    missing = set()
-    for c in sweep_cells:
-        key = (c.task, c.attention)
-        r = done.get(c.config_hash)
-        if r is None or not isinstance(r.metrics.get("best_val_acc"), (int, float)):
-            missing.add(key)
-            continue
-        val.setdefault(key, {}).setdefault(c.params["lr"], {})[c.seed] = r.metrics["best_val_acc"]
-    return {key: best_rate(v) for key, v in val.items() if key not in missing}
 
 
 def run_cell(cell: Cell, ctx: CellContext, *, splits: dict[str, recall_data.Split], pre: RecallPreset,
@@ -239,14 +208,11 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
             raise AttnbenchError(f"batch_size {pre.train.batch_size} does not split over {dist.world} processes")
         work = run.work
         applicable = [m for m in mixers if m.variant is not None]
-        first, rest = split_seeds(pre, seeds)
         run.say(f"[bold]recall[/] {pre.key}: {len(applicable)} mixer(s) × {len(pre.learning_rates)} learning "
-                f"rate(s) × {len(points)} point(s) · seed {','.join(map(str, first))}"
-                + (f", then seed {','.join(map(str, rest))} at the rate seed {','.join(map(str, first))} picked"
-                   if rest else "") + " · "
+                f"rate(s) × {len(points)} point(s) · seed {','.join(map(str, seeds))} · "
                 + (f"{pre.epochs} epochs" if pre.epochs else f"{pre.train.steps} steps") + " × "
                 f"{pre.train.batch_size} · {device}" + (f" · {dist.world} processes" if dist.enabled else ""))
-        cells = plan_cells(pre, mixers, points, seeds=first, device=device.type)
+        cells = plan_cells(pre, mixers, points, seeds=seeds, device=device.type)
         skipped = [Outcome(Cell(task=p.label, attention=m.label, config_hash=""), CellResult("skipped"),
                            skipped=f"not applicable: {m.not_applicable}")
                    for p in points for m in mixers if m.variant is None]
@@ -261,26 +227,7 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
 
         config = {"preset": pre.name, "mixers": [m.label for m in mixers], "seeds": seeds, "sweep": sweep,
                   "points": [p.label for p in points], "learning_rates": pre.learning_rates, **pre.identity()}
-        summary = run.sweep(cells, one, setting=pre.key, config=config, describe=_line, skipped=skipped)
-        if not rest or summary.interrupted:
-            return summary
-        rates = dist.broadcast(picked_rates(cells, opts.db, pre.key) if dist.main else None)
-        waiting = [Outcome(Cell(task=p.label, attention=m.label, config_hash=""), CellResult("skipped"),
-                           skipped=f"seed {','.join(map(str, rest))} wait for the rate seed "
-                                   f"{','.join(map(str, first))} picks (its cells run in another process or did "
-                                   f"not finish): rerun when they have finished")
-                   for p in points for m in applicable if (p.label, m.label) not in rates]
-        for o in waiting:
-            run.say(_line(o))
-        later = plan_cells(pre, mixers, points, seeds=rest, device=device.type, rates=rates)
-        if not later:
-            return SweepSummary(SUITE, pre.key, summary.outcomes + waiting, run_id=summary.run_id,
-                                planned=summary.planned)
-        then = run.sweep(later, one, setting=pre.key, config={**config, "rates": {" · ".join(k): v for k, v in
-                                                                               rates.items()}},
-                         describe=_line, skipped=waiting)
-        return SweepSummary(SUITE, pre.key, summary.outcomes + then.outcomes, interrupted=then.interrupted,
-                            run_id=then.run_id, planned=summary.planned + then.planned)
+        return run.sweep(cells, one, setting=pre.key, config=config, describe=_line, skipped=skipped)
 
 
 def _line(o: Outcome) -> str:
