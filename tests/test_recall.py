@@ -4,7 +4,6 @@ leaderboard picks each mixer's learning rate on validation, and the smokes of it
 from __future__ import annotations
 
 import dataclasses
-
 import json
 
 import numpy as np
@@ -357,6 +356,7 @@ def test_the_table_scores_each_seed_at_its_rate_and_leaves_out_unfinished_sweeps
     assert row["linear"][3] == "1e-03: 55.0 · 3e-03: 45.0"                 # each rate's mean over seeds 0 and 1
     assert row["softmax"][1] == "sweep unfinished"
     assert "Left out until they have trained at every rate: linear (seed 2), softmax (seed 0,1)." in cap
+
 
 def test_a_bad_width_is_refused_before_any_data(tmp_path):
     from attnbench.suites.recall.train import run_recall
