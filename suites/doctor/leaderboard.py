@@ -138,6 +138,8 @@ def verdict(records: list[Measurement]) -> str:
         parts.append(f"{c['contract', 'skipped']} checks skipped")
     if skipped:
         parts.append("not run: " + ", ".join(f"{n} ({why})" for why, n in skipped.most_common()))
+    if c["smoke", "timeout"]:
+        parts.append(f"{c['smoke', 'timeout']} smokes stopped at the budget")
     if c["time", "oom"]:
         parts.append(f"{c['time', 'oom']} out of memory")
     head = f"doctor: FAILED, {failed} failure(s)" if failed else "doctor: OK"

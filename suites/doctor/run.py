@@ -10,6 +10,9 @@ through ``triton.testing.do_bench``), the first call apart (JIT, autotuning, com
 nominal TFLOP/s and its share of the card's peak. A form whose gate failed is never timed: its timings are
 recorded ``incorrect`` with the reason. Every step becomes a record of the store (suite ``doctor``), the
 summary (``doctor.md``) is rendered from those records, and one verdict line ends the run; any failure exits 1.
+Each record is stored as it is made, so a run stopped at a deadline (Ctrl-C, SIGTERM: exit 130) keeps its finished
+steps and still writes its summary; a smoke may run past the budget by a minute at most, then it is stopped
+(``timeout``, not a failure).
 ``--plan`` prints every step (those that cannot run here with the reason, those the budget drops) and runs none.
 """
 
@@ -30,6 +33,7 @@ from attnbench.api import suites as suite_registry
 from attnbench.checks.verify import DELTA_OPS, agreement, judge_module, runnable_impls, verify_all
 from attnbench.core.errors import AttnbenchError
 from attnbench.engine.context import work_dir
+from attnbench.engine.interrupts import sigterm_as_interrupt
 from attnbench.engine.presets import preset_names
 from attnbench.measure.memory import timed_first_call
 from attnbench.measure.peak import PeakMeter
@@ -189,8 +193,10 @@ def time_form(form: Form, n: int, mode: str, pre: DoctorPreset, device: torch.de
             "peak_share": (flops / stats.median / peak) if peak else None}
 
 
-def run_smoke(smoke: str, *, db: Path, plugins: Sequence[str]) -> tuple[int, float, str]:
-    """``attnbench run SUITE --smoke --preset PRESET`` in a child process: exit code, seconds, output's tail."""
+def run_smoke(smoke: str, *, db: Path, plugins: Sequence[str],
+              timeout_s: float = SMOKE_TIMEOUT_S) -> tuple[int, float, str]:
+    """``attnbench run SUITE --smoke --preset PRESET`` in a child process: exit code (124: killed at
+    ``timeout_s``), seconds, output's tail."""
     suite, preset = smoke.split("/")
     cmd = [sys.executable, "-m", "attnbench.cli.main", "run", suite, "--smoke", "--db", str(db)]
     cmd += [] if preset == "-" else ["--preset", preset]
@@ -198,11 +204,12 @@ def run_smoke(smoke: str, *, db: Path, plugins: Sequence[str]) -> tuple[int, flo
         cmd += ["--plugin", p]
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S,
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
         code, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
-        code, out = 124, f"timed out after {SMOKE_TIMEOUT_S} s: {(e.stdout or '')[-500:]}"
+        tail = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, out = 124, f"timed out after {timeout_s:.0f} s: {tail[-500:]}"
     return code, time.perf_counter() - t0, "\n".join(out.strip().splitlines()[-6:])
 
 
@@ -248,94 +255,117 @@ def _execute(plan: Plan, pre: DoctorPreset, *, names, device, env, db, out, plug
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # a compile per length,
     # never dynamo's silent fall-back to eager after 8 recompiles (a compiled form's timing would be an eager one)
     peak, peak_what = node.peak_flops(env, pre.dtype if device.type == "cuda" else "fp32")
+    notes = list(plan.notes)
     with Store(db) as store:
         run = store.start_run(suite=SUITE, setting=pre.key, device=device.type, argv=sys.argv[1:],
                               config={"preset": pre.name, "attentions": list(names), **pre.identity(),
                                       "machine": {k: v for k, v in env.items() if k != "machine"}})
-        records, gates, failed = [], {}, 0
+        records: list = []
+        gates: dict[str, bool] = {}
+        failed = 0
         t0 = time.perf_counter()
         smoke_times: list[float] = []
 
-        def rec(step: Step, status: str, **kw) -> None:
-            records.append(run.record(task=step.kind, attention=kw.pop("attention", step.form.name if step.form
-                                                                        else step.smoke), status=status,
-                                      device=device.type, **kw))
+        def keep(m) -> None:
+            """Each record goes to the store as it is made: a run killed at a deadline keeps what it did."""
+            store.add(m)
+            records.append(m)
 
-        for step in plan.steps:
-            if step.skip or step.dropped:
-                rec(step, "skipped", error=step.skip or step.dropped,
-                    params={"n": step.n, "mode": step.mode} if step.kind == "time" else {}, dtype=step.dtype or None)
-                continue
-            est = (sum(smoke_times) / len(smoke_times)) if step.kind == "smoke" and smoke_times else step.est_s
-            elapsed = time.perf_counter() - t0
-            if step.kind in ("time", "smoke") and elapsed + est > plan.budget_s:
-                step.dropped = f"budget: {plan.budget_s / 60:g} min reached after {elapsed:.0f} s"
-                say(f"  dropped  {step.label}: {step.dropped}")
-                rec(step, "skipped", error=step.dropped, dtype=step.dtype or None,
-                    params={"n": step.n, "mode": step.mode} if step.kind == "time" else {})
-                continue
-            if step.kind == "contract":
-                rows = verify_all(list(names), dtype=step.dtype, lengths=tuple(pre.check_lengths),
-                                  device=device.type)
-                bad = [r for r in rows if not r.ok]
-                failed += len(bad)
-                for r in rows:
-                    status = {"ok": "ok", "skipped": "skipped", "mismatch": "incorrect"}.get(r.status, "failed")
-                    records.append(run.record(task="contract", attention=r.name, impl=r.impl, dtype=r.dtype,
-                                              status=status, error=r.detail or None, device=device.type,
-                                              params={"n": r.seq_len, "causal": r.causal},
-                                              metrics={"fwd_err": r.fwd_err, "bwd_err": r.bwd_err,
-                                                       "bound": r.bound, "worst": r.worst}))
-                say(f"  contract {step.dtype}: {sum(r.status == 'ok' for r in rows)} agree, "
-                    f"{sum(r.status == 'skipped' for r in rows)} skipped, {len(bad)} failed"
-                    + "".join(f"\n    FAIL {r.name} [{'causal' if r.causal else 'bidir'}] {r.impl} N={r.seq_len} "
-                              f"{r.dtype}: {r.detail}" for r in bad))
-            elif step.kind == "gate":
-                try:
-                    ok, metrics, why = gate(step.form, pre, device)
-                except Exception as e:  # a crash is a failed gate, reported, not a traceback
-                    ok, metrics, why = False, {}, f"{type(e).__name__}: {e}"
-                gates[step.form.name] = ok
-                failed += not ok
-                rec(step, "ok" if ok else "incorrect", dtype=pre.dtype, metrics=metrics, error=why or None,
-                    params={"n": pre.gate_len})
-                say(f"  gate     {step.form.name}: " + ("ok" if ok else f"FAILED ({why})"))
-            elif step.kind == "smoke":
-                code, secs, tail = run_smoke(step.smoke, db=work / "smokes.db", plugins=plugins)
-                smoke_times.append(secs)
-                failed += code != 0
-                rec(step, "ok" if code == 0 else "failed", metrics={"wall_s": secs, "exit_code": code},
-                    error=None if code == 0 else tail)
-                say(f"  smoke    {step.smoke}: " + (f"ok in {secs:.0f} s" if code == 0 else
-                                                   f"FAILED (exit {code} after {secs:.0f} s)\n{tail}"))
-            else:
-                params = {"n": step.n, "mode": step.mode, "batch": step.form.shape.batch,
-                          "heads": step.form.shape.heads, "head_dim": step.form.shape.head_dim,
-                          "causal": step.form.causal, "family": step.form.family, "op": step.form.op}
-                if not gates.get(step.form.name, False):  # every gate ran before the first timing
-                    rec(step, "incorrect", dtype=pre.dtype, params=params,
-                        error="not timed: its gate failed (see the gate record)")
-                    say(f"  refused  {step.label}: its gate failed")
-                    continue
-                try:
-                    metrics = time_form(step.form, step.n, step.mode, pre, device, peak)
-                    rec(step, "ok", dtype=pre.dtype, params=params, metrics={**metrics, "peak_what": peak_what})
-                    say(f"  time     {step.label}: {metrics['time_median_s'] * 1e3:.3f} ms "
-                        f"({metrics['tflops']:.3g} TFLOP/s)")
-                except torch.cuda.OutOfMemoryError as e:
-                    rec(step, "oom", dtype=pre.dtype, params=params, error=str(e).splitlines()[0])
-                    say(f"  oom      {step.label}")
-                except Exception as e:
-                    failed += 1
-                    rec(step, "failed", dtype=pre.dtype, params=params, error=f"{type(e).__name__}: {e}")
-                    say(f"  FAILED   {step.label}: {type(e).__name__}: {e}")
-        store.add_many(records)
-        store.finish_run(run.run_id, "failed" if failed else "ok")
+        def rec(step: Step, status: str, **kw) -> None:
+            keep(run.record(task=step.kind, attention=kw.pop("attention", step.form.name if step.form
+                                                             else step.smoke), status=status,
+                            device=device.type, **kw))
+
+        interrupted = None
+        with sigterm_as_interrupt():
+            try:
+                for step in plan.steps:
+                    failed += _step(step, plan, pre, names=names, device=device, run=run, work=work,
+                                    plugins=plugins, peak=peak, peak_what=peak_what, gates=gates,
+                                    smoke_times=smoke_times, t0=t0, rec=rec, keep=keep, say=say)
+            except KeyboardInterrupt:
+                interrupted = f"interrupted after {time.perf_counter() - t0:.0f} s, {len(records)} records kept"
+                notes.append(interrupted)
+                say(f"  {interrupted}")
+        store.finish_run(run.run_id, "interrupted" if interrupted else "failed" if failed else "ok",
+                         note=interrupted)
     summary = work / "doctor.md"
-    verdict = leaderboard.verdict(records)
+    verdict = leaderboard.verdict(records) + (f" ({interrupted})" if interrupted else "")
     summary.write_text(leaderboard.summary_markdown(records, header=node.lines(env) + [
-        f"cannot: {x}" for x in node.limitations(env, device)] + plan.notes + [f"peak: {peak_what}"],
+        f"cannot: {x}" for x in node.limitations(env, device)] + notes + [f"peak: {peak_what}"],
         verdict=verdict))
     say(f"summary: {summary}")
     say(verdict)
-    return 1 if failed else 0
+    return 130 if interrupted else 1 if failed else 0
+
+
+def _step(step: Step, plan: Plan, pre: DoctorPreset, *, names, device, run, work, plugins, peak, peak_what, gates,
+          smoke_times, t0, rec, keep, say) -> int:
+    """One step of the plan, recorded; returns how many failures it found."""
+    if step.skip or step.dropped:
+        rec(step, "skipped", error=step.skip or step.dropped,
+            params={"n": step.n, "mode": step.mode} if step.kind == "time" else {}, dtype=step.dtype or None)
+        return 0
+    est = (sum(smoke_times) / len(smoke_times)) if step.kind == "smoke" and smoke_times else step.est_s
+    elapsed = time.perf_counter() - t0
+    if step.kind in ("time", "smoke") and elapsed + est > plan.budget_s:
+        step.dropped = f"budget: {plan.budget_s / 60:g} min reached after {elapsed:.0f} s"
+        say(f"  dropped  {step.label}: {step.dropped}")
+        rec(step, "skipped", error=step.dropped, dtype=step.dtype or None,
+            params={"n": step.n, "mode": step.mode} if step.kind == "time" else {})
+        return 0
+    if step.kind == "contract":
+        rows = verify_all(list(names), dtype=step.dtype, lengths=tuple(pre.check_lengths), device=device.type)
+        bad = [r for r in rows if not r.ok]
+        for r in rows:
+            status = {"ok": "ok", "skipped": "skipped", "mismatch": "incorrect"}.get(r.status, "failed")
+            keep(run.record(task="contract", attention=r.name, impl=r.impl, dtype=r.dtype, status=status,
+                            error=r.detail or None, device=device.type, params={"n": r.seq_len, "causal": r.causal},
+                            metrics={"fwd_err": r.fwd_err, "bwd_err": r.bwd_err, "bound": r.bound,
+                                     "worst": r.worst}))
+        say(f"  contract {step.dtype}: {sum(r.status == 'ok' for r in rows)} agree, "
+            f"{sum(r.status == 'skipped' for r in rows)} skipped, {len(bad)} failed"
+            + "".join(f"\n    FAIL {r.name} [{'causal' if r.causal else 'bidir'}] {r.impl} N={r.seq_len} "
+                      f"{r.dtype}: {r.detail}" for r in bad))
+        return len(bad)
+    if step.kind == "gate":
+        try:
+            ok, metrics, why = gate(step.form, pre, device)
+        except Exception as e:  # a crash is a failed gate, reported, not a traceback
+            ok, metrics, why = False, {}, f"{type(e).__name__}: {e}"
+        gates[step.form.name] = ok
+        rec(step, "ok" if ok else "incorrect", dtype=pre.dtype, metrics=metrics, error=why or None,
+            params={"n": pre.gate_len})
+        say(f"  gate     {step.form.name}: " + ("ok" if ok else f"FAILED ({why})"))
+        return int(not ok)
+    if step.kind == "smoke":
+        # a smoke may use what is left of the budget, and a minute more, then it is stopped and said so
+        left = max(plan.budget_s - (time.perf_counter() - t0), 0.0) + 60.0
+        code, secs, tail = run_smoke(step.smoke, db=work / "smokes.db", plugins=plugins,
+                                     timeout_s=min(SMOKE_TIMEOUT_S, left))
+        smoke_times.append(secs)
+        status = "ok" if code == 0 else "timeout" if code == 124 else "failed"
+        rec(step, status, metrics={"wall_s": secs, "exit_code": code}, error=None if code == 0 else tail)
+        say(f"  smoke    {step.smoke}: " + (f"ok in {secs:.0f} s" if code == 0 else
+                                           f"stopped at the budget after {secs:.0f} s" if code == 124 else
+                                           f"FAILED (exit {code} after {secs:.0f} s)\n{tail}"))
+        return int(status == "failed")
+    params = {"n": step.n, "mode": step.mode, "batch": step.form.shape.batch, "heads": step.form.shape.heads,
+              "head_dim": step.form.shape.head_dim, "causal": step.form.causal, "family": step.form.family,
+              "op": step.form.op}
+    if not gates.get(step.form.name, False):  # every gate ran before the first timing
+        rec(step, "incorrect", dtype=pre.dtype, params=params, error="not timed: its gate failed (see the gate record)")
+        say(f"  refused  {step.label}: its gate failed")
+        return 0
+    try:
+        metrics = time_form(step.form, step.n, step.mode, pre, device, peak)
+        rec(step, "ok", dtype=pre.dtype, params=params, metrics={**metrics, "peak_what": peak_what})
+        say(f"  time     {step.label}: {metrics['time_median_s'] * 1e3:.3f} ms ({metrics['tflops']:.3g} TFLOP/s)")
+    except torch.cuda.OutOfMemoryError as e:
+        rec(step, "oom", dtype=pre.dtype, params=params, error=str(e).splitlines()[0])
+        say(f"  oom      {step.label}")
+    except Exception as e:
+        rec(step, "failed", dtype=pre.dtype, params=params, error=f"{type(e).__name__}: {e}")
+        say(f"  FAILED   {step.label}: {type(e).__name__}: {e}")
+        return 1
+    return 0
