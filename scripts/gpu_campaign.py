@@ -321,6 +321,8 @@ def campaign(args: argparse.Namespace) -> int:
             check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True, env=env)
             carried = {dist_name(w.name) for w in wheels}
             for line in check.stdout.splitlines():  # `NAME VERSION requires/has requirement ...`
+                if line.startswith("No broken requirements"):
+                    continue
                 ours = dist_name(line.split(" ", 1)[0]) in carried
                 log(f"campaign: pip check: {line}" + ("" if ours else " (the node's own)"))
             log(f"installed in {time.monotonic() - t0:.0f} s")

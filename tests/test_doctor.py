@@ -146,6 +146,31 @@ def test_a_budget_reached_while_running_drops_the_remaining_timings(tmp_path, sm
     assert r.output.strip().splitlines()[-1].startswith("doctor: OK")
 
 
+def test_a_doctor_stopped_midway_keeps_its_finished_steps_and_writes_its_summary(tmp_path, small):
+    """SIGTERM or Ctrl-C at a deadline (the GPU campaign's --timeout): exit 130, every finished step in the store,
+    the run marked interrupted, doctor.md written from what was done."""
+    from attnbench.suites.doctor.run import run_doctor
+
+    said = []
+
+    def say(line):
+        said.append(line)
+        if line.startswith("  gate     linear"):
+            raise KeyboardInterrupt  # what SIGTERM raises inside the run (sigterm_as_interrupt)
+
+    db, out = tmp_path / "d.db", tmp_path / "o"
+    code = run_doctor(preset=small, attn="linear", device="cpu", db=str(db), out=str(out), say=say)
+    assert code == 130
+    with Store(db) as s:
+        recs = s.measurements(suite="doctor")
+        run = s.runs("doctor")[0]
+    assert {m.task for m in recs} == {"contract", "gate"}
+    assert any(m.task == "gate" and m.attention == "linear" and m.status == "ok" for m in recs)
+    assert run["status"] == "interrupted" and "records kept" in run["note"]
+    summary = (out / "doctor.md").read_text()
+    assert "interrupted after" in summary and said[-1].startswith("doctor: OK") and "interrupted" in said[-1]
+
+
 def test_bad_options_are_one_line_errors():
     for args, words in ((["--device", "tpu"], "--device must be auto, cpu or cuda"),
                         (["--smokes", "lm/nope"], "--smokes: unknown suite/preset lm/nope"),
@@ -163,14 +188,18 @@ def test_every_smoke_names_each_preset_of_each_suite():
     assert not any(s.startswith("doctor/") for s in smokes)
 
 
-@pytest.mark.parametrize("cap,triton,tilelang,refused", [
-    ((9, 0), "3.6.0", False, True), ((9, 0), "3.4.0", False, True), ((9, 0), "3.7.1", False, False),
-    ((9, 0), "3.6.0", True, False), ((8, 0), "3.6.0", False, False), ((9, 0), "3.3.1", False, False)])
-def test_fla_refusal_of_gated_deltanet_on_hopper_is_known_before_a_run(cap, triton, tilelang, refused):
-    line = fla_gated_backward_refusal("cuda", capability=cap, triton_version=triton, tilelang=tilelang)
+@pytest.mark.parametrize("op,cap,triton,tilelang,refused", [
+    ("chunk_gated_delta_rule", (9, 0), "3.6.0", False, True), ("chunk_gated_delta_rule", (9, 0), "3.4.0", False, True),
+    ("chunk_gated_delta_rule", (9, 0), "3.7.1", False, False), ("chunk_gated_delta_rule", (9, 0), "3.6.0", True, False),
+    ("chunk_gated_delta_rule", (8, 0), "3.6.0", False, False), ("chunk_gated_delta_rule", (9, 0), "3.3.1", False, False),
+    # RetNet's chunk_simple_gla keeps float32 states in its backward, which FLA's TileLang backward does not take
+    ("chunk_simple_gla", (9, 0), "3.6.0", True, True), ("chunk_simple_gla", (9, 0), "3.7.1", True, False)])
+def test_fla_refusal_of_gated_backwards_on_hopper_is_known_before_a_run(op, cap, triton, tilelang, refused):
+    line = fla_gated_backward_refusal("cuda", op=op, capability=cap, triton_version=triton, tilelang=tilelang)
     assert bool(line) == refused
     if refused:
-        assert "issue 640" in line and "triton>=3.7.1" in line and "tilelang" in line and "\n" not in line
+        assert "issue 640" in line and "triton>=3.7.1" in line and op in line and "\n" not in line
+        assert ("float32" in line) == tilelang and ("or tilelang" in line) == (not tilelang)
     assert fla_gated_backward_refusal("cpu") is None
 
 
@@ -181,7 +210,7 @@ def test_the_lm_run_stops_before_any_data_on_a_node_that_refuses_a_gated_backwar
 
     monkeypatch.setattr(delta, "resolve_delta_impl", lambda device, impl: "fla")
     monkeypatch.setattr(train, "resolve_delta_impl", lambda device, impl: "fla")
-    monkeypatch.setattr(delta, "fla_gated_backward_refusal", lambda device: "FLA refuses the gated backward")
+    monkeypatch.setattr(delta, "fla_gated_backward_refusal", lambda device, op: "FLA refuses the gated backward")
     pre = load_preset("340m")
     train._check_fla_shapes(pre, parse_variants("deltanet,gla"), "cuda")  # neither runs the gated dqkwg
     for layer in ("gated_deltanet", "retnet"):
@@ -198,8 +227,12 @@ def test_limitations_name_the_presets_and_the_remedy(monkeypatch):
 
     env = {"device": "cuda", "capability": [9, 0], "triton": "3.6.0", "flash-linear-attention": "0.6.0",
            "tilelang": None}
-    (line,) = limitations(env, torch.device("cuda"))
-    assert "lm 340m" in line and "retnet" in line and "pip install 'triton>=3.7.1' or tilelang" in line
+    gdn, retnet = limitations(env, torch.device("cuda"))
+    assert gdn.startswith("gated_deltanet: ") and "lm 340m's gated_deltanet row" in gdn
+    assert retnet.startswith("retnet: ") and "chunk_simple_gla" in retnet
+    assert all("pip install 'triton>=3.7.1' or tilelang" in line for line in (gdn, retnet))
+    (only,) = limitations({**env, "tilelang": "0.1.15", "tilelang_usable": True}, torch.device("cuda"))
+    assert only.startswith("retnet: ") and "float32" in only
     assert limitations({**env, "triton": "3.8.0"}, torch.device("cuda")) == []
 
 

@@ -385,7 +385,7 @@ MIXERS: dict[str, tuple[type, bool]] = {
 }
 
 #: the layers whose backward on FLA's kernels runs its gated ``chunk_bwd_dqkwg`` (per-token or per-head decay g)
-FLA_GATED_BACKWARD = ("gated_deltanet", "retnet")
+FLA_GATED_BACKWARD = tuple(delta.FLA_GATED_OPS)
 
 
 def fla_refusal(cfg: LMConfig, device: torch.device | str) -> Optional[str]:
@@ -393,7 +393,7 @@ def fla_refusal(cfg: LMConfig, device: torch.device | str) -> Optional[str]:
     before they start (:func:`attnbench.ops.delta.fla_gated_backward_refusal`)."""
     if cfg.layer not in FLA_GATED_BACKWARD or delta.resolve_delta_impl(device, cfg.delta_impl) != "fla":
         return None
-    return delta.fla_gated_backward_refusal(device)
+    return delta.fla_gated_backward_refusal(device, op=delta.FLA_GATED_OPS[cfg.layer])
 
 
 __all__ = ["AttentionMixer", "DeltaMixer", "FLA_GATED_BACKWARD", "GLAMixer", "MambaMixer", "MIXERS", "ShortConv",

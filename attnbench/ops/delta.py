@@ -62,14 +62,39 @@ def resolve_delta_impl(device: torch.device | str, impl: str = "auto") -> str:
     return resolve_impl("delta_rule", device, impl)
 
 
-def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[int, int] | None = None,
-                               triton_version: str | None = None, tilelang: bool | None = None) -> str | None:
-    """Why FLA will refuse the backward of its gated chunk kernels on ``device``, as one line with its remedy (None:
-    it will not). FLA raises inside its gated ``chunk_bwd_dqkwg`` (the gated delta rule's and ``chunk_simple_gla``'s
-    backward: Gated DeltaNet, RetNet) on Hopper GPUs with Triton >= 3.4.0 and < 3.7.1 unless tilelang is installed
-    (its issue 640: wrong gradients there), so such a run would stop at its first step; runs check this before
-    they start (:func:`attnbench.models.mixers.fla_refusal`). The keywords stand in for this machine's GPU, Triton
-    and tilelang (tests)."""
+# the FLA op behind each LM mixer whose backward FLA refuses on Hopper with Triton < 3.7.1
+FLA_GATED_OPS = {"gated_deltanet": "chunk_gated_delta_rule", "retnet": "chunk_simple_gla"}
+
+
+def fla_tilelang_usable() -> bool:
+    """Whether FLA would route its gated backward to TileLang here: tilelang importable, a usable nvcc for its JIT,
+    and ``FLA_TILELANG`` not ``0`` (FLA's own ``TileLangBackend.is_available`` / ``is_enabled``)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("tilelang") is None or os.environ.get("FLA_TILELANG", "1") == "0":
+        return False
+    try:
+        from fla.utils import has_usable_nvcc
+    except ImportError:  # an FLA without the helper: nvcc on PATH is what its TileLang needs
+        import shutil
+
+        return shutil.which("nvcc") is not None
+    return bool(has_usable_nvcc())
+
+
+def fla_gated_backward_refusal(device: torch.device | str, *, op: str = "chunk_gated_delta_rule",
+                               capability: tuple[int, int] | None = None, triton_version: str | None = None,
+                               tilelang: bool | None = None) -> str | None:
+    """Why FLA will refuse the backward of its gated chunk kernel ``op`` on ``device``, as one line with its remedy
+    (None: it will not). FLA raises inside its gated ``chunk_bwd_dqkwg`` (the backward of ``chunk_gated_delta_rule``,
+    Gated DeltaNet, and of ``chunk_simple_gla``, RetNet) on Hopper GPUs with Triton >= 3.4.0 and < 3.7.1 (its issue
+    640: wrong gradients there), unless its TileLang backend takes the call (:func:`fla_tilelang_usable`). That
+    backend takes only states in the inputs' dtype, and ``chunk_simple_gla`` keeps its states in float32 in its
+    backward, so TileLang lifts the refusal for Gated DeltaNet alone (read in FLA 0.6's code; not yet seen on a GPU).
+    A run that FLA refuses would stop at its first step: runs check this before they start
+    (:func:`attnbench.models.mixers.fla_refusal`). The keywords stand in for this machine's GPU, Triton and
+    TileLang (tests)."""
     if torch.device(device).type != "cuda":
         return None
     if capability is None:
@@ -82,16 +107,17 @@ def fla_gated_backward_refusal(device: torch.device | str, *, capability: tuple[
         except ImportError:
             return None
         triton_version = triton.__version__
-    if tilelang is None:
-        import importlib.util
-
-        tilelang = importlib.util.find_spec("tilelang") is not None
-    if capability[0] != 9 or tilelang or not Version("3.4.0") <= Version(triton_version) < Version("3.7.1"):
+    if capability[0] != 9 or not Version("3.4.0") <= Version(triton_version) < Version("3.7.1"):
         return None
-    return (f"FLA refuses the backward of its gated chunk kernels (Gated DeltaNet, RetNet) on Hopper "
-            f"(sm_{capability[0]}{capability[1]}) with Triton {triton_version} (FLA issue 640: Triton >= 3.4.0 and "
-            "< 3.7.1 computes those gradients wrongly): training gated_deltanet or retnet stops here; pip install "
-            "'triton>=3.7.1' or tilelang")
+    if tilelang is None:
+        tilelang = fla_tilelang_usable()
+    if tilelang and op == "chunk_gated_delta_rule":
+        return None
+    lifted = (" (TileLang is installed, but FLA's TileLang backward takes only states in the inputs' dtype, and "
+              "chunk_simple_gla keeps its states in float32)" if tilelang else " or tilelang with nvcc")
+    return (f"FLA refuses the backward of {op} on Hopper (sm_{capability[0]}{capability[1]}) with Triton "
+            f"{triton_version} (FLA issue 640: Triton >= 3.4.0 and < 3.7.1 computes those gradients wrongly): "
+            f"training it stops at its first step; pip install 'triton>=3.7.1'" + lifted)
 
 
 def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> None:

@@ -13,7 +13,7 @@ import torch
 from packaging.version import Version
 
 from attnbench.engine.smoke import GPU_PEAK_BF16
-from attnbench.ops.delta import fla_gated_backward_refusal
+from attnbench.ops.delta import FLA_GATED_OPS, fla_gated_backward_refusal, fla_tilelang_usable
 from attnbench.results import provenance
 
 # Dense peaks from the vendors' data sheets (SXM parts), FLOP/s; fp32 without TF32 (torch's default for matmul).
@@ -45,7 +45,7 @@ def describe(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda, "triton": _version("triton"),
         "flash-linear-attention": _version("flash-linear-attention"), "fla-core": _version("fla-core"),
-        "tilelang": _version("tilelang"), "device": device.type,
+        "tilelang": _version("tilelang"), "tilelang_usable": fla_tilelang_usable(), "device": device.type,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -86,12 +86,12 @@ def limitations(env: dict[str, Any], device: torch.device) -> list[str]:
         if tuple(env["capability"]) < (8, 0):
             out.append(f"sm_{env['capability'][0]}{env['capability'][1]} has no bf16: the bf16 presets (lm 340m, "
                        "recall zoology and mad, vision cifar10 and imagenet) cannot run; set precision = \"fp16\"")
-        refusal = fla_gated_backward_refusal(device, capability=tuple(env["capability"]),
-                                             triton_version=env.get("triton") or "0",
-                                             tilelang=bool(env.get("tilelang")))
-        if refusal:
-            out.append(refusal + " (presets: lm 340m's gated_deltanet and retnet rows, recall zoology and mad "
-                       "with those mixers)")
+        for mixer, op in FLA_GATED_OPS.items():
+            refusal = fla_gated_backward_refusal(device, op=op, capability=tuple(env["capability"]),
+                                                 triton_version=env.get("triton") or "0",
+                                                 tilelang=env.get("tilelang_usable", bool(env.get("tilelang"))))
+            if refusal:
+                out.append(f"{mixer}: {refusal} (presets: lm 340m's {mixer} row, recall zoology and mad with it)")
     return out
 
 
