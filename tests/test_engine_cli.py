@@ -194,6 +194,21 @@ def test_submitit_local_runs_two_shards_into_stores_that_ingest_merges(tmp_path,
     assert sorted(m.attention for m in merged) == ["linear", "softmax"] and {m.status for m in merged} == {"ok"}
 
 
+def test_workers_share_one_store_and_run_each_cell_once(tmp_path, preset):
+    p = _cli("run", "lra", "--attn", "softmax,linear,relu_linear", "--preset", str(preset), "--db",
+             str(tmp_path / "all.db"), "--out", str(tmp_path / "w"), "--launcher", "workers", "--jobs", "2",
+             cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "2 workers on one store" in p.stdout and "worker 2 exited 0" in p.stdout
+    logs = sorted((tmp_path / "w" / "workers").glob("worker-*.log"))
+    assert len(logs) == 2 and all("--launcher" not in log.read_text() for log in logs)
+    with Store(tmp_path / "all.db") as s:
+        recs = s.measurements(suite="lra")
+        assert s.leases() == []
+    assert sorted(m.attention for m in recs) == ["linear", "relu_linear", "softmax"]  # each cell exactly once
+    assert {m.status for m in recs} == {"ok"} and "softmax" in p.stdout  # the table of both workers' cells
+
+
 def test_a_run_with_nothing_to_run_exits_non_zero_and_says_why(tmp_path, preset):
     p = _cli("run", "lra", "--attn", "softmax", "--tasks", "text", "--preset", str(preset), "--db",
              str(tmp_path / "x.db"), "--out", str(tmp_path / "w"), cwd=tmp_path)

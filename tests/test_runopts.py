@@ -78,6 +78,12 @@ def test_seed_with_seeds_is_a_one_line_error(tmp_path):
     r = invoke("run", "lra", "--attn", "softmax", "--seeds", "0,x", "--db", str(db))
     assert r.exit_code == 2 and "comma-separated integers" in r.output
     assert not db.exists()
+    from attnbench.cli.kit import _parse_seeds
+
+    assert _parse_seeds("0-3,8") == [0, 1, 2, 3, 8] and _parse_seeds("5") == [5] and _parse_seeds("2-2") == [2]
+    for bad in ("1-x", "-", "3-"):
+        with pytest.raises(AttnbenchError, match="or ranges"):
+            _parse_seeds(bad)
 
 
 def test_nproc_of_a_one_process_suite_says_why(tmp_path):

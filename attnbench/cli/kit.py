@@ -20,6 +20,7 @@ from attnbench.engine.sweep import LAUNCHERS, parse_shard
 from attnbench.engine.train import dist
 from attnbench.results import provenance
 from attnbench.results.ingest import ingest
+from attnbench.results.paths import resolve_db
 from attnbench.results.store import Store, check_writable
 from attnbench.views import tables
 from attnbench.views.render import default_console
@@ -62,8 +63,8 @@ def _shared_options(suite: str) -> list[tuple[str, Any, Any]]:
     return [
         ("seed", Optional[int], typer.Option(None, "--seed", help="seed of model init, data order and dropout "
                                              "(default 0)")),
-        ("seeds", Optional[str], typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2: the run "
-                                              "once per seed (instead of --seed)")),
+        ("seeds", Optional[str], typer.Option(None, "--seeds", help="comma-separated seeds or ranges, e.g. 0,1,2 "
+                                              "or 0-15: the run once per seed (instead of --seed)")),
         ("force", bool, FORCE),
         ("db", Optional[str], DB),
         ("out", Optional[str], typer.Option(None, "--out", help="work directory: checkpoints, data caches, "
@@ -76,9 +77,12 @@ def _shared_options(suite: str) -> list[tuple[str, Any, Any]]:
                                               "stores with `attnbench ingest`")),
         ("launcher", str, typer.Option("local", "--launcher", help="local (this process), slurm (submitit: --jobs "
                                        "jobs, one shard and one store each under --out/jobs; merge with "
-                                       "`attnbench ingest`) or submitit-local (the same jobs as local processes; "
-                                       "waits and merges into --db)")),
-        ("jobs", int, typer.Option(1, "--jobs", help="with --launcher slurm: number of jobs (shards) to submit")),
+                                       "`attnbench ingest`), submitit-local (the same jobs as local processes; "
+                                       "waits and merges into --db) or workers (--jobs processes of this command "
+                                       "on this machine and one store, each taking the next unclaimed cell: many "
+                                       "small cells at once on one GPU or many cores)")),
+        ("jobs", int, typer.Option(1, "--jobs", help="with --launcher slurm, submitit-local or workers: number of "
+                                   "jobs (shards) or worker processes")),
         ("partition", Optional[str], typer.Option(None, "--partition", help="with --launcher slurm: the Slurm "
                                                   "partition")),
         ("gpus_per_job", int, typer.Option(0, "--gpus-per-job", help="with --launcher slurm: GPUs per job")),
@@ -97,10 +101,18 @@ SHARED = tuple(name for name, _, _ in _shared_options(""))
 
 
 def _parse_seeds(text: str) -> list[int]:
+    """``0,1,2``, ``0-15`` or both (``0-3,8``): the seeds in the order given."""
+    out: list[int] = []
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        for part in (x.strip() for x in text.split(",")):
+            if not part:
+                continue
+            lo, sep, hi = part.partition("-")
+            out += list(range(int(lo), int(hi) + 1)) if sep and lo else [int(part)]
     except ValueError:
-        raise AttnbenchError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from None
+        raise AttnbenchError(f"--seeds {text!r}: expected comma-separated integers or ranges, e.g. 0,1,2 or "
+                             f"0-15") from None
+    return out
 
 
 def run_options(*, seed: Optional[int] = None, seeds: Optional[str] = None, shard: Optional[str] = None,
@@ -190,10 +202,14 @@ def argv_tail() -> list[str]:
 def dispatch(opts, *, work) -> Optional[int]:
     """Where this command runs, by its :class:`attnbench.engine.context.RunOptions`. ``--launcher slurm|submitit-local``:
     submit ``--jobs`` shards of this same command line (each job its own store under ``WORK/jobs``) and return 0
-    (merging the jobs' stores into ``--db`` when they are waited for); ``--nproc N > 1`` outside torchrun: rerun
+    (merging the jobs' stores into ``--db`` when they are waited for); ``--launcher workers``: ``--jobs`` processes
+    of this command line on one store, waited for, and their worst exit code; ``--nproc N > 1`` outside torchrun: rerun
     it under torchrun and return its exit code; else None: the caller runs the work in this process."""
     from pathlib import Path
 
+    if opts.launcher == "workers":
+        return sweep.launch_workers(argv_tail(), workers=opts.jobs, db=resolve_db(opts.db),
+                                    folder=Path(work) / "workers", console=console)
     if opts.launcher != "local":
         folder = Path(work) / "jobs"
         dbs = sweep.launch_jobs(argv_tail(), jobs=opts.jobs, folder=folder, launcher=opts.launcher,

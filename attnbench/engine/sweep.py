@@ -499,7 +499,7 @@ def default_line(o: Outcome) -> str:
 # --- launchers ----------------------------------------------------------------------------------------------
 LAUNCHER_OPTIONS = {"--launcher": True, "--jobs": True, "--partition": True, "--gpus-per-job": True,
                     "--job-minutes": True, "--shard": True, "--db": True}
-LAUNCHERS = ("local", "slurm", "submitit-local")
+LAUNCHERS = ("local", "slurm", "submitit-local", "workers")
 
 
 def shard_db(folder: Path, k: int, n: int) -> Path:
@@ -514,7 +514,7 @@ def launch_jobs(argv: Sequence[str], *, jobs: int, folder: str | os.PathLike, la
     returns); ``"submitit-local"`` runs the jobs as local processes with submitit's local executor and waits
     (``wait``). Returns the shard stores; merge them with ``attnbench ingest`` (done here when waiting)."""
     if launcher not in ("slurm", "submitit-local"):
-        raise AttnbenchError(f"--launcher must be one of {LAUNCHERS}, got {launcher!r}")
+        raise AttnbenchError(f"launch_jobs: launcher must be slurm or submitit-local, got {launcher!r}")
     if jobs < 1:
         raise AttnbenchError(f"--jobs must be >= 1, got {jobs}")
     try:
@@ -556,3 +556,44 @@ def launch_jobs(argv: Sequence[str], *, jobs: int, folder: str | os.PathLike, la
     if failures:
         raise AttnbenchError("; ".join(failures))
     return dbs
+
+
+def launch_workers(argv: Sequence[str], *, workers: int, db: str | os.PathLike, folder: str | os.PathLike,
+                   console=None) -> int:
+    """``workers`` processes of the command line ``argv`` (``attnbench`` arguments) on this machine, all on the one
+    store ``db``: each takes the next cell no other has claimed (:meth:`Store.claim`), so cells of uneven length
+    keep every worker busy until the grid is done, and no cell runs twice. Each worker's output goes to
+    ``FOLDER/worker-K.log``. Waits for all; returns the worst exit code (130 if any was interrupted, else 1 if any
+    failed). Ctrl-C or SIGTERM stops every worker (each records its cell in flight as interrupted)."""
+    import signal
+    import subprocess
+
+    if workers < 1:
+        raise AttnbenchError(f"--jobs must be >= 1, got {workers}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = strip_options(argv, LAUNCHER_OPTIONS)
+    cmd = [sys.executable, "-m", "attnbench.cli.main", *base, "--db", str(Path(db).resolve())]
+    logs = [folder / f"worker-{k}.log" for k in range(1, workers + 1)]
+    procs = []
+    try:
+        with sigterm_as_interrupt():
+            for log in logs:
+                with open(log, "w") as f:
+                    procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                                  env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}))
+            if console is not None:
+                console.print(f"{workers} workers on one store ({db}): {' '.join(cmd[3:])}; logs {folder}/worker-K.log")
+            codes = []
+            for k, p in enumerate(procs, 1):
+                codes.append(p.wait())
+                if console is not None:
+                    console.print(f"worker {k} exited {codes[-1]}")
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        return 130
+    return 130 if 130 in codes else max(codes)
