@@ -1,0 +1,296 @@
+"""``attnbench plan SUITE``: from the records already run (a pilot), the seeds each mechanism needs for the pairs of
+its leaderboard that more seeds can separate within a budget, the pairs that cannot be, what the run costs, and the
+``attnbench run`` line that does it.
+
+The pairs are those the suite's own leaderboard tests (:func:`attnbench.views.compare.recorded_separations` records
+them while the view renders; no rows are rebuilt here), each with the means and standard deviations of its seeds.
+For each pair, the seeds a row that Welch's t needs to pass at the Holm level the pair would face with power
+:data:`attnbench.results.stats.DESIGN_POWER` (the pair ranked r-th by strength faces alpha / (m - r): the pairs ahead
+of it are the stronger ones, which the plan separates first). A greedy choice then takes the pairs cheapest to reach
+first, raising both rows to the seeds the pair needs, until the budget is spent. The plan's projected count is
+:func:`attnbench.results.stats.expected_separated` at the planned seeds (every pair of the table, Holm over all).
+
+Costs: on this machine, each row's mean cell time per seed in its records (``wall_s`` of every record of that row
+and seed, e.g. both learning rates of a recall cell), summed over the seeds to add; on a named GPU, the records'
+``wall_s`` of that GPU where the store has them, else an estimate from FLOPs (6 × parameters × tokens trained, or
+3 × FLOPs per image × images trained) at :data:`attnbench.engine.smoke.ASSUMED_MFU` of the GPU's bf16 peak; a tiny
+model leaves a GPU idle, so that estimate is a floor, said so.
+
+The design is fixed before the run: every planned seed runs, then the table tests once. Testing after each seed
+and stopping at the first separation inflates false separations; no sequential option is offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import Optional
+
+from attnbench.api import suites as suite_registry
+from attnbench.core.errors import AttnbenchError
+from attnbench.engine.smoke import ASSUMED_MFU, GPU_PEAK_BF16
+from attnbench.results.records import Measurement
+from attnbench.results.stats import (DESIGN_POWER, FIRST_ESTIMATE_SEEDS, HOLM_ALPHA, PairSpread, expected_separated,
+                                     one_seed_line, welch_power)
+from attnbench.views.compare import Separation, recorded_separations
+from attnbench.views.rows import label_of
+from attnbench.views.sources import Source, load_sources
+from attnbench.views.tables import view_of
+
+#: The most seeds a row the planner considers; a pair that needs more is called inseparable at this budget.
+MAX_SEEDS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class PairNeed:
+    a: str
+    b: str
+    spread: PairSpread
+    level: float
+    seeds: Optional[int]        # seeds a row for DESIGN_POWER at ``level``; None: more than the most considered
+
+
+@dataclasses.dataclass
+class BoardPlan:
+    """One leaderboard's plan: rows with their seeds now and planned, and cell seconds a seed."""
+
+    name: str
+    seeds_now: dict[str, int]
+    seeds_planned: dict[str, int]
+    cell_s: dict[str, float]
+    needs: list[PairNeed]
+    chosen: list[PairNeed]
+    expected_now: float
+    expected_planned: float
+    budget_s: float
+    one_seed: int
+    existing: dict[str, list]
+
+    @property
+    def cost_s(self) -> float:
+        return sum((self.seeds_planned[r] - self.seeds_now[r]) * self.cell_s[r] for r in self.seeds_now)
+
+
+def pair_needs(labels: tuple[tuple[str, str], ...], spreads: tuple[PairSpread, ...], alpha: float = HOLM_ALPHA,
+               power: float = DESIGN_POWER, max_seeds: int = MAX_SEEDS) -> list[PairNeed]:
+    """Each pair's Holm level (by its rank in strength, every row at the same seeds) and the seeds a row it needs
+    to pass it with ``power`` (both rows raised to at least their present seeds)."""
+    m = len(spreads)
+    order = sorted(range(m), key=lambda i: -spreads[i].at(2).strength)
+    out: list[Optional[PairNeed]] = [None] * m
+    for rank, i in enumerate(order):
+        sp, level = spreads[i], alpha / (m - rank)
+        need = next((s for s in range(max(2, min(sp.n_a, sp.n_b)), max_seeds + 1)
+                     if welch_power(sp.at(max(s, sp.n_a), max(s, sp.n_b)), level) >= power), None)
+        out[i] = PairNeed(labels[i][0], labels[i][1], sp, level, need)
+    return [p for p in out if p is not None]
+
+
+def choose(needs: list[PairNeed], seeds_now: dict[str, int], cell_s: dict[str, float],
+           budget_s: float) -> tuple[dict[str, int], list[PairNeed]]:
+    """Greedy: the pair cheapest to reach from the seeds already planned first, while the budget lasts."""
+    planned = dict(seeds_now)
+    spent, chosen = 0.0, []
+    todo = [p for p in needs if p.seeds is not None]
+
+    def extra(p: PairNeed) -> float:
+        return sum(max(0, p.seeds - planned[r]) * cell_s[r] for r in (p.a, p.b))
+
+    while todo:
+        best = min(todo, key=lambda p: (extra(p), p.seeds))
+        todo.remove(best)
+        if spent + extra(best) > budget_s:
+            continue
+        spent += extra(best)
+        for r in (best.a, best.b):
+            planned[r] = max(planned[r], best.seeds)
+        chosen.append(best)
+    return planned, chosen
+
+
+def _cell_seconds(row: list[Measurement], records: list[Measurement]) -> Optional[float]:
+    """A row's cell time a seed: the wall time of every finished record of its (setting, device, task, mechanism) at
+    a seed, over the seeds it has (every rate or variant a seed runs)."""
+    if not row:
+        return None
+    r0 = row[0]
+    same = [r for r in records if r.status == "ok" and (r.setting, r.device, r.task, label_of(r)) ==
+            (r0.setting, r0.device, r0.task, label_of(r0)) and isinstance(r.metrics.get("wall_s"), (int, float))]
+    seeds = {r.seed for r in same}
+    return sum(r.metrics["wall_s"] for r in same) / len(seeds) if seeds else None
+
+
+def _flops(r: Measurement) -> Optional[float]:
+    """A record's training FLOPs, estimated: 6 × parameters × tokens trained, or 3 × forward FLOPs an image ×
+    images trained (None: the record carries neither)."""
+    m = r.metrics
+    t = m.get("train_time_s")
+    if not isinstance(t, (int, float)):
+        return None
+    if isinstance(m.get("flops_per_image"), (int, float)) and isinstance(m.get("train_images_per_s"), (int, float)):
+        return 3 * m["flops_per_image"] * m["train_images_per_s"] * t
+    if isinstance(m.get("n_params"), (int, float)) and isinstance(m.get("train_tokens_per_s"), (int, float)):
+        return 6 * m["n_params"] * m["train_tokens_per_s"] * t
+    return None
+
+
+def gpu_seconds(row: list[Measurement], records: list[Measurement], gpu: str) -> tuple[Optional[float], str]:
+    """A row's cell time a seed on ``gpu``: measured (the store's records of that GPU) or estimated from FLOPs."""
+    r0 = row[0]
+    key = (r0.setting, r0.task, label_of(r0))
+    on_gpu = [r for r in records if r.status == "ok" and r.device != "cpu" and gpu.lower() in (r.device_name or "").lower()
+              and (r.setting, r.task, label_of(r)) == key and isinstance(r.metrics.get("wall_s"), (int, float))]
+    if on_gpu:
+        return sum(r.metrics["wall_s"] for r in on_gpu) / len({r.seed for r in on_gpu}), "measured"
+    same = [r for r in records if r.status == "ok" and (r.setting, r.device, r.task, label_of(r)) ==
+            (r0.setting, r0.device, r0.task, label_of(r0))]
+    flops = [f for f in map(_flops, same) if f is not None]
+    if not flops:
+        return None, "none"
+    return sum(flops) / len({r.seed for r in same}) / (GPU_PEAK_BF16[gpu] * ASSUMED_MFU), "flops"
+
+
+def _board_name(sep: Separation) -> str:
+    r0 = next(r for rs in sep.rows.values() for r in rs)
+    return f"{r0.setting} · {r0.task} · {sep.metric.label if sep.metric else 'score'}"
+
+
+def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[float], budget_cells: Optional[int],
+               max_seeds: int = MAX_SEEDS) -> BoardPlan:
+    """The plan of one leaderboard (its separation as the view computed it) within a budget of cell seconds or of
+    cells (a cell: one row at one seed, whatever a seed of that row runs)."""
+    rows = {lab: [r for r in rs if r.status == "ok"] for lab, rs in sep.rows.items()}
+    seeds_now = {lab: len(rs) for lab, rs in rows.items()}
+    cell_s = {lab: _cell_seconds(rs, records) or 0.0 for lab, rs in rows.items()}
+    if budget_cells is not None:  # a budget of cells: every cell costs one
+        costs, budget = {lab: 1.0 for lab in rows}, float(budget_cells)
+    else:
+        costs, budget = cell_s, float(budget_s)
+    needs = pair_needs(sep.labels, sep.spreads, max_seeds=max_seeds)
+    planned, chosen = choose(needs, seeds_now, costs, budget)
+    at = lambda n: [p.spread.at(max(n[p.a], p.spread.n_a), max(n[p.b], p.spread.n_b)) for p in needs]  # noqa: E731
+    return BoardPlan(_board_name(sep), seeds_now, planned, cell_s, needs, chosen,
+                     expected_separated([p.spread for p in needs]), expected_separated(at(planned)),
+                     budget, sep.one_seed, {lab: sorted(r.seed for r in rs) for lab, rs in rows.items()})
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 360 else f"{s / 60:.0f} min"
+
+
+def run_lines(suite: str, plan: BoardPlan, records: list[Measurement]) -> list[str]:
+    """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
+    run takes no ``--attn`` (it runs all its rows at once)."""
+    registered = suite_registry.get_suite(suite)
+    takes_attn = registered.run is not None and "attn" in inspect.signature(registered.run).parameters
+    r0 = next(r for r in records if r.suite == suite)
+    preset = r0.params.get("preset")
+    threads = r0.params.get("threads", r0.metrics.get("threads"))
+    groups: dict[tuple, list[str]] = {}
+    for lab, n in plan.seeds_planned.items():
+        if n > plan.seeds_now[lab]:
+            have = plan.existing[lab]
+            start = (max(have) + 1) if have else 0
+            groups.setdefault(tuple(range(start, start + n - plan.seeds_now[lab])), []).append(lab)
+    if not takes_attn and groups:
+        seeds = sorted({s for k in groups for s in k})
+        groups = {tuple(seeds): []}
+    lines = []
+    for seeds, labs in sorted(groups.items()):
+        parts = ["attnbench run", suite]
+        if preset:
+            parts.append(f"--preset {preset}")
+        if takes_attn and labs:
+            parts.append(f"--attn {','.join(sorted(labs))}")
+        parts.append(f"--seeds {','.join(map(str, seeds))}")
+        if threads:
+            parts.append(f"--threads {threads}")
+        lines.append(" ".join(parts))
+    return lines
+
+
+def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None, cells: Optional[int] = None,
+         hours: Optional[float] = None, gpu: str = "H100", max_seeds: int = MAX_SEEDS) -> list[str]:
+    """``attnbench plan SUITE``: the plan's lines (see the module docstring). Bad input: :class:`AttnbenchError`."""
+    if (cells is None) == (hours is None):
+        raise AttnbenchError("give a budget: --cells N (more seeds of a row, each one cell) or --hours H (cell time "
+                             "on this machine), one of them")
+    if (cells is not None and cells <= 0) or (hours is not None and not hours > 0):
+        raise AttnbenchError(f"the budget must be positive, got {'--cells ' + str(cells) if cells is not None else '--hours ' + str(hours)}")
+    if gpu not in GPU_PEAK_BF16:
+        raise AttnbenchError(f"--gpu {gpu!r}: expected one of {', '.join(GPU_PEAK_BF16)}")
+    if max_seeds < 2:
+        raise AttnbenchError(f"--max-seeds must be at least 2, got {max_seeds}")
+    suite_registry.get_suite(suite)  # an unknown name: did-you-mean
+    sources = load_sources(suite, db=db, include_committed=True, setting=setting)
+    records = [r for s in sources for r in s.records]
+    if not any(r.status == "ok" for r in records):
+        raise AttnbenchError(f"no finished {suite} records in the store or results/{suite}/"
+                             + (f" (setting {setting})" if setting else "")
+                             + f": run a pilot first, e.g. `attnbench run {suite} --seeds 0,1,2`")
+    with recorded_separations() as seps:
+        view_of(suite).data(Source(f"{suite} pilot", records)) if view_of(suite).data else None
+    seps = [s for s in seps if s.metric is not None and s.metric.kind in ("proportion", "value")
+            and (s.spreads or s.one_seed)]
+    if not seps:
+        raise AttnbenchError(f"the {suite} leaderboards test no pairs of rows over seeds: nothing to plan")
+    budget_s = hours * 3600 if hours is not None else None
+    out = [f"Plan for {suite} from its pilot ({len(records)} records; each board below may spend the whole budget: "
+           f"{'%d cells' % cells if cells is not None else '%g h of cell time on this machine' % hours}). A fixed "
+           f"design chosen now: run every planned seed, then read the table once; testing after each seed and stopping "
+           f"at the first separation inflates false separations, so no sequential stop is offered. Projections take "
+           f"the pilot's means and spreads as the truth (Welch's t, Holm over the board's pairs at {HOLM_ALPHA}, "
+           f"power {DESIGN_POWER:.0%} a planned pair)."]
+    for sep in seps:
+        r0 = next(r for rs in sep.rows.values() for r in rs)
+        if not sep.spreads:
+            out += ["", f"{r0.setting} · {r0.task}: {one_seed_line()} Run seeds "
+                    f"{','.join(map(str, range(1, FIRST_ESTIMATE_SEEDS)))} first, then plan."]
+            continue
+        p = plan_board(sep, records, budget_s, cells, max_seeds)
+        out += _board_lines(suite, p, sep, records, gpu)
+    return out
+
+
+def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measurement], gpu: str) -> list[str]:
+    chosen = {(c.a, c.b) for c in p.chosen}
+    never = [n for n in p.needs if n.seeds is None]
+    dear = [n for n in p.needs if n.seeds is not None and (n.a, n.b) not in chosen]
+    out = ["", f"{p.name}: {len(p.needs)} pairs with seeds on both rows; about {round(p.expected_now)} separated at "
+           f"the seeds run (projection), about {round(p.expected_planned)} with the plan."
+           + (f" {p.one_seed} pairs with a row of one seed are left out (unmeasured spread)." if p.one_seed else "")]
+    out.append("  seeds a row (now -> planned; cell time a seed on this machine, from the pilot):")
+    for lab in sorted(p.seeds_now, key=lambda l: (-(p.seeds_planned[l] - p.seeds_now[l]), l)):
+        out.append(f"    {lab}: {p.seeds_now[lab]} -> {p.seeds_planned[lab]}  ({_hours(p.cell_s[lab])} a seed)")
+    out.append(f"  pairs planned to separate ({len(p.chosen)}): " + "; ".join(
+        f"{c.a} vs {c.b} at {c.seeds}" for c in sorted(p.chosen, key=lambda c: (c.seeds, c.a, c.b))) or "  none")
+    if dear:
+        out.append(f"  separable, beyond this budget ({len(dear)}): " + "; ".join(
+            f"{c.a} vs {c.b} needs {c.seeds}" for c in sorted(dear, key=lambda c: (c.seeds, c.a, c.b))))
+    if never:
+        out.append(f"  not separable by {MAX_SEEDS} seeds a row ({len(never)}; their gap is within their seed noise): "
+                   + "; ".join(f"{c.a} vs {c.b} (Δ {c.spread.diff:+.2f})" for c in never))
+    cost, n_cells = p.cost_s, sum(p.seeds_planned[r] - p.seeds_now[r] for r in p.seeds_now)
+    out.append(f"  cost on this machine: {n_cells} cells, {_hours(cost)} of cell time (one cell a core: "
+               f"{_hours(cost / 2)} on two cores)")
+    gpu_s, kinds = 0.0, set()
+    for lab in p.seeds_now:
+        extra = p.seeds_planned[lab] - p.seeds_now[lab]
+        if extra:
+            s, kind = gpu_seconds(sep.rows[lab], records, gpu)
+            kinds.add(kind)
+            gpu_s += extra * (s or 0.0)
+    if n_cells and "none" in kinds:
+        out.append(f"  on one {gpu}: no estimate (the records carry neither GPU timings nor FLOP counts)")
+    elif n_cells:
+        how = ("measured on it (the store's records of that GPU)" if kinds == {"measured"} else
+               f"a FLOP estimate, not a measurement: 6 × parameters × tokens (or 3 × FLOPs × images) at "
+               f"{ASSUMED_MFU:.0%} of its {GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOP/s; a model this small leaves the GPU "
+               f"idle, so a floor")
+        out.append(f"  on one {gpu}: {_hours(gpu_s) if gpu_s >= 60 else f'{gpu_s:.0f} s'} ({how})")
+    lines = run_lines(suite, p, records)
+    out.append("  the run (then `attnbench table " + suite + "` once it has finished):" if lines else
+               "  nothing to run within this budget.")
+    out += [f"    {line}" for line in lines]
+    return out
