@@ -81,10 +81,21 @@ def pair_needs(labels: tuple[tuple[str, str], ...], spreads: tuple[PairSpread, .
     out: list[Optional[PairNeed]] = [None] * m
     for rank, i in enumerate(order):
         sp, level = spreads[i], alpha / (m - rank)
-        need = next((s for s in range(max(2, min(sp.n_a, sp.n_b)), max_seeds + 1)
-                     if welch_power(sp.at(max(s, sp.n_a), max(s, sp.n_b)), level) >= power), None)
-        out[i] = PairNeed(labels[i][0], labels[i][1], sp, level, need)
+        out[i] = PairNeed(labels[i][0], labels[i][1], sp, level, _fewest_seeds(sp, level, power, max_seeds))
     return [p for p in out if p is not None]
+
+
+def _fewest_seeds(sp: PairSpread, level: float, power: float, max_seeds: int) -> Optional[int]:
+    """The fewest seeds a row (at least the pair's own) at which its test reaches ``power``; None if more than
+    ``max_seeds``. Bisection: the power grows with the seeds."""
+    reaches = lambda s: welch_power(sp.at(max(s, sp.n_a), max(s, sp.n_b)), level) >= power  # noqa: E731
+    lo, hi = max(2, min(sp.n_a, sp.n_b)), max_seeds
+    if lo > hi or not reaches(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid + 1, hi)
+    return lo
 
 
 def choose(needs: list[PairNeed], seeds_now: dict[str, int], cell_s: dict[str, float],
@@ -151,6 +162,13 @@ def gpu_seconds(row: list[Measurement], records: list[Measurement], gpu: str) ->
     return sum(flops) / len({r.seed for r in same}) / (GPU_PEAK_BF16[gpu] * ASSUMED_MFU), "flops"
 
 
+def _registered(suite: str):
+    try:
+        return suite_registry.get_suite(suite)
+    except AttnbenchError:
+        return None
+
+
 def _board_name(sep: Separation) -> str:
     r0 = next(r for rs in sep.rows.values() for r in rs)
     return f"{r0.setting} · {r0.task} · {sep.metric.label if sep.metric else 'score'}"
@@ -176,14 +194,19 @@ def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[f
 
 
 def _hours(s: float) -> str:
-    return f"{s / 3600:.1f} h" if s >= 360 else f"{s / 60:.0f} min"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
 
 
-def run_lines(suite: str, plan: BoardPlan, records: list[Measurement]) -> list[str]:
+def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
-    run takes no ``--attn`` (it runs all its rows at once)."""
-    registered = suite_registry.get_suite(suite)
-    takes_attn = registered.run is not None and "attn" in inspect.signature(registered.run).parameters
+    run takes no ``--attn`` (it runs all its rows at once). None: the suite has no run command (e.g. ingested
+    records)."""
+    registered = _registered(suite)
+    if registered is None or registered.run is None:
+        return None
+    takes_attn = "attn" in inspect.signature(registered.run).parameters
     r0 = next(r for r in records if r.suite == suite)
     preset = r0.params.get("preset")
     threads = r0.params.get("threads", r0.metrics.get("threads"))
@@ -206,6 +229,8 @@ def run_lines(suite: str, plan: BoardPlan, records: list[Measurement]) -> list[s
         parts.append(f"--seeds {','.join(map(str, seeds))}")
         if threads:
             parts.append(f"--threads {threads}")
+        if db:
+            parts.append(f"--db {db}")
         lines.append(" ".join(parts))
     return lines
 
@@ -222,15 +247,18 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
         raise AttnbenchError(f"--gpu {gpu!r}: expected one of {', '.join(GPU_PEAK_BF16)}")
     if max_seeds < 2:
         raise AttnbenchError(f"--max-seeds must be at least 2, got {max_seeds}")
-    suite_registry.get_suite(suite)  # an unknown name: did-you-mean
     sources = load_sources(suite, db=db, include_committed=True, setting=setting)
     records = [r for s in sources for r in s.records]
+    if not records and _registered(suite) is None:
+        suite_registry.get_suite(suite)  # nothing of that name anywhere: the did-you-mean error of the registry
     if not any(r.status == "ok" for r in records):
         raise AttnbenchError(f"no finished {suite} records in the store or results/{suite}/"
                              + (f" (setting {setting})" if setting else "")
                              + f": run a pilot first, e.g. `attnbench run {suite} --seeds 0,1,2`")
+    view = view_of(suite)
     with recorded_separations() as seps:
-        view_of(suite).data(Source(f"{suite} pilot", records)) if view_of(suite).data else None
+        if view.data is not None:  # the leaderboards as `table` builds them; their separations are recorded
+            view.data(Source(f"{suite} pilot", records))
     seps = [s for s in seps if s.metric is not None and s.metric.kind in ("proportion", "value")
             and (s.spreads or s.one_seed)]
     if not seps:
@@ -249,11 +277,12 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
                     f"{','.join(map(str, range(1, FIRST_ESTIMATE_SEEDS)))} first, then plan."]
             continue
         p = plan_board(sep, records, budget_s, cells, max_seeds)
-        out += _board_lines(suite, p, sep, records, gpu)
+        out += _board_lines(suite, p, sep, records, gpu, db)
     return out
 
 
-def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measurement], gpu: str) -> list[str]:
+def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measurement], gpu: str,
+                 db: Optional[str]) -> list[str]:
     chosen = {(c.a, c.b) for c in p.chosen}
     never = [n for n in p.needs if n.seeds is None]
     dear = [n for n in p.needs if n.seeds is not None and (n.a, n.b) not in chosen]
@@ -263,8 +292,8 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
     out.append("  seeds a row (now -> planned; cell time a seed on this machine, from the pilot):")
     for lab in sorted(p.seeds_now, key=lambda l: (-(p.seeds_planned[l] - p.seeds_now[l]), l)):
         out.append(f"    {lab}: {p.seeds_now[lab]} -> {p.seeds_planned[lab]}  ({_hours(p.cell_s[lab])} a seed)")
-    out.append(f"  pairs planned to separate ({len(p.chosen)}): " + "; ".join(
-        f"{c.a} vs {c.b} at {c.seeds}" for c in sorted(p.chosen, key=lambda c: (c.seeds, c.a, c.b))) or "  none")
+    out.append(f"  pairs planned to separate, with the seeds a row each needs ({len(p.chosen)}): " + ("; ".join(
+        f"{c.a} vs {c.b} at {c.seeds}" for c in sorted(p.chosen, key=lambda c: (c.seeds, c.a, c.b))) or "none"))
     if dear:
         out.append(f"  separable, beyond this budget ({len(dear)}): " + "; ".join(
             f"{c.a} vs {c.b} needs {c.seeds}" for c in sorted(dear, key=lambda c: (c.seeds, c.a, c.b))))
@@ -288,8 +317,12 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
                f"a FLOP estimate, not a measurement: 6 × parameters × tokens (or 3 × FLOPs × images) at "
                f"{ASSUMED_MFU:.0%} of its {GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOP/s; a model this small leaves the GPU "
                f"idle, so a floor")
-        out.append(f"  on one {gpu}: {_hours(gpu_s) if gpu_s >= 60 else f'{gpu_s:.0f} s'} ({how})")
-    lines = run_lines(suite, p, records)
+        out.append(f"  on one {gpu}: {_hours(gpu_s)} ({how})")
+    lines = run_lines(suite, p, records, db)
+    if lines is None:
+        out.append(f"  no `attnbench run {suite}` command to print (the records were ingested); run the planned seeds "
+                   f"as the pilot ran")
+        return out
     out.append("  the run (then `attnbench table " + suite + "` once it has finished):" if lines else
                "  nothing to run within this budget.")
     out += [f"    {line}" for line in lines]
