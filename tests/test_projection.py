@@ -138,3 +138,19 @@ def test_plan_prints_the_run_line_of_a_registered_suite(tmp_path):
                   0.0, 0.0, 0.0, 0, {"softmax": [0, 1], "nala": [0, 1]})
     assert run_lines("recall", p, recs, "r.db") == [
         "attnbench run recall --preset tiny --attn nala,softmax --seeds 2,3 --threads 1 --db r.db"]
+
+
+def test_every_committed_table_says_what_more_seeds_would_tell():
+    """The committed leaderboards (results/*/*.md, rendered by `attnbench export`): a line tested over seeds carries
+    its projection, a line of one seed a row its caveat."""
+    from pathlib import Path
+
+    lines = [line for md in Path(__file__).parents[1].glob("results/**/*.md") for line in md.read_text().splitlines()
+             if "pairs separated (" in line]
+    assert lines
+    for line in lines:
+        for part in line.split("Separation")[1:]:
+            if "pairs separated (Welch t over seeds" in part:
+                assert "Projection (a calculation, not a measurement" in part, part[:200]
+            elif "pairs separated (two-proportion z" in part:
+                assert "One seed a row" in part, part[:200]

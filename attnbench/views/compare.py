@@ -304,6 +304,7 @@ class Separation:
     one_seed: int = 0           # pairs of a figure seeds move with one seed on a side
     rows: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     metric: Optional[Metric] = None
+    apart: frozenset = frozenset()  # the pairs (a, b) separated
 
     def line(self, what: str = "") -> str:
         where = f"{what}: " if what else ""
@@ -343,7 +344,7 @@ def recorded_separations():
 def separation(rows: dict[str, list[Measurement]], metric: Metric) -> Separation:
     """Every pair of ``rows`` (a row's records: one per seed) tested as ``compare`` tests a cell's two sides."""
     labels = sorted(rows)
-    ps, tests, untested, spreads, pairs, one_seed = [], set(), 0, [], [], 0
+    ps, tests, untested, spreads, pairs, one_seed, tested = [], set(), 0, [], [], 0, []
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
             d = difference(f"{a} vs {b}", metric, rows[a], rows[b])
@@ -356,9 +357,11 @@ def separation(rows: dict[str, list[Measurement]], metric: Metric) -> Separation
                 untested += 1
                 continue
             ps.append(d.p)
+            tested.append((a, b))
             tests.add(d.test.split(" (")[0])
-    sep = Separation(sum(holm(ps)), len(ps), untested, tuple(sorted(tests)), tuple(spreads), tuple(pairs), one_seed,
-                     rows, metric)
+    reject = holm(ps)
+    sep = Separation(sum(reject), len(ps), untested, tuple(sorted(tests)), tuple(spreads), tuple(pairs), one_seed,
+                     rows, metric, frozenset(ab for ab, r in zip(tested, reject) if r))
     recorded = _RECORDED.get()
     if recorded is not None:
         recorded.append(sep)

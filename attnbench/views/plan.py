@@ -186,7 +186,8 @@ def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[f
     else:
         costs, budget = cell_s, float(budget_s)
     needs = pair_needs(sep.labels, sep.spreads, max_seeds=max_seeds)
-    planned, chosen = choose(needs, seeds_now, costs, budget)
+    # the pairs the pilot already separates are not what more seeds are for: the plan targets the others
+    planned, chosen = choose([n for n in needs if (n.a, n.b) not in sep.apart], seeds_now, costs, budget)
     at = lambda n: [p.spread.at(max(n[p.a], p.spread.n_a), max(n[p.b], p.spread.n_b)) for p in needs]  # noqa: E731
     return BoardPlan(_board_name(sep), seeds_now, planned, cell_s, needs, chosen,
                      expected_separated([p.spread for p in needs]), expected_separated(at(planned)),
@@ -196,7 +197,7 @@ def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[f
 def _hours(s: float) -> str:
     if s >= 3600:
         return f"{s / 3600:.1f} h"
-    return f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s >= 60 else (f"{s:.0f} s" if s >= 1 or s == 0 else "under 1 s")
 
 
 def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
@@ -284,15 +285,16 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
 def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measurement], gpu: str,
                  db: Optional[str]) -> list[str]:
     chosen = {(c.a, c.b) for c in p.chosen}
-    never = [n for n in p.needs if n.seeds is None]
-    dear = [n for n in p.needs if n.seeds is not None and (n.a, n.b) not in chosen]
-    out = ["", f"{p.name}: {len(p.needs)} pairs with seeds on both rows; about {round(p.expected_now)} separated at "
-           f"the seeds run (projection), about {round(p.expected_planned)} with the plan."
+    never = [n for n in p.needs if n.seeds is None and (n.a, n.b) not in sep.apart]
+    dear = [n for n in p.needs if n.seeds is not None and (n.a, n.b) not in chosen | sep.apart]
+    out = ["", f"{p.name}: {len(p.needs)} pairs with seeds on both rows, {len(sep.apart)} separated by the pilot "
+           f"(not targeted); projected at the seeds run, about {round(p.expected_now)} separated, about "
+           f"{round(p.expected_planned)} with the plan."
            + (f" {p.one_seed} pairs with a row of one seed are left out (unmeasured spread)." if p.one_seed else "")]
     out.append("  seeds a row (now -> planned; cell time a seed on this machine, from the pilot):")
     for lab in sorted(p.seeds_now, key=lambda l: (-(p.seeds_planned[l] - p.seeds_now[l]), l)):
         out.append(f"    {lab}: {p.seeds_now[lab]} -> {p.seeds_planned[lab]}  ({_hours(p.cell_s[lab])} a seed)")
-    out.append(f"  pairs planned to separate, with the seeds a row each needs ({len(p.chosen)}): " + ("; ".join(
+    out.append(f"  pairs not yet separated that the plan targets, with the seeds a row each needs ({len(p.chosen)}): " + ("; ".join(
         f"{c.a} vs {c.b} at {c.seeds}" for c in sorted(p.chosen, key=lambda c: (c.seeds, c.a, c.b))) or "none"))
     if dear:
         out.append(f"  separable, beyond this budget ({len(dear)}): " + "; ".join(
