@@ -36,7 +36,7 @@ from attnbench.results.stats import (DESIGN_POWER, FIRST_ESTIMATE_SEEDS, HOLM_AL
 from attnbench.views.compare import Separation, recorded_separations
 from attnbench.views.rows import label_of
 from attnbench.views.sources import Source, load_sources
-from attnbench.views.tables import view_of
+from attnbench.views.tables import _registered, view_of
 
 #: The most seeds a row the planner considers; a pair that needs more is called inseparable at this budget.
 MAX_SEEDS = 64
@@ -120,14 +120,18 @@ def choose(needs: list[PairNeed], seeds_now: dict[str, int], cell_s: dict[str, f
     return planned, chosen
 
 
+def _row_records(row: list[Measurement], records: list[Measurement]) -> list[Measurement]:
+    """Every finished record of a row's (setting, device, task, mechanism): all it runs a seed (e.g. each rate)."""
+    r0 = row[0]
+    return [r for r in records if r.status == "ok" and (r.setting, r.device, r.task, label_of(r)) ==
+            (r0.setting, r0.device, r0.task, label_of(r0))]
+
+
 def _cell_seconds(row: list[Measurement], records: list[Measurement]) -> Optional[float]:
-    """A row's cell time a seed: the wall time of every finished record of its (setting, device, task, mechanism) at
-    a seed, over the seeds it has (every rate or variant a seed runs)."""
+    """A row's cell time a seed: the wall time of its records (:func:`_row_records`) over the seeds they have."""
     if not row:
         return None
-    r0 = row[0]
-    same = [r for r in records if r.status == "ok" and (r.setting, r.device, r.task, label_of(r)) ==
-            (r0.setting, r0.device, r0.task, label_of(r0)) and isinstance(r.metrics.get("wall_s"), (int, float))]
+    same = [r for r in _row_records(row, records) if isinstance(r.metrics.get("wall_s"), (int, float))]
     seeds = {r.seed for r in same}
     return sum(r.metrics["wall_s"] for r in same) / len(seeds) if seeds else None
 
@@ -154,19 +158,11 @@ def gpu_seconds(row: list[Measurement], records: list[Measurement], gpu: str) ->
               and (r.setting, r.task, label_of(r)) == key and isinstance(r.metrics.get("wall_s"), (int, float))]
     if on_gpu:
         return sum(r.metrics["wall_s"] for r in on_gpu) / len({r.seed for r in on_gpu}), "measured"
-    same = [r for r in records if r.status == "ok" and (r.setting, r.device, r.task, label_of(r)) ==
-            (r0.setting, r0.device, r0.task, label_of(r0))]
+    same = _row_records(row, records)
     flops = [f for f in map(_flops, same) if f is not None]
     if not flops:
         return None, "none"
     return sum(flops) / len({r.seed for r in same}) / (GPU_PEAK_BF16[gpu] * ASSUMED_MFU), "flops"
-
-
-def _registered(suite: str):
-    try:
-        return suite_registry.get_suite(suite)
-    except AttnbenchError:
-        return None
 
 
 def _board_name(sep: Separation) -> str:
