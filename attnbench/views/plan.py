@@ -66,6 +66,7 @@ class BoardPlan:
     budget_s: float
     one_seed: int
     existing: dict[str, list]
+    max_seeds: int = MAX_SEEDS
 
     @property
     def cost_s(self) -> float:
@@ -187,7 +188,7 @@ def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[f
     at = lambda n: [p.spread.at(max(n[p.a], p.spread.n_a), max(n[p.b], p.spread.n_b)) for p in needs]  # noqa: E731
     return BoardPlan(_board_name(sep), seeds_now, planned, cell_s, needs, chosen,
                      expected_separated([p.spread for p in needs]), expected_separated(at(planned)),
-                     budget, sep.one_seed, {lab: sorted(r.seed for r in rs) for lab, rs in rows.items()})
+                     budget, sep.one_seed, {lab: sorted(r.seed for r in rs) for lab, rs in rows.items()}, max_seeds)
 
 
 def _hours(s: float) -> str:
@@ -296,7 +297,7 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
         out.append(f"  separable, beyond this budget ({len(dear)}): " + "; ".join(
             f"{c.a} vs {c.b} needs {c.seeds}" for c in sorted(dear, key=lambda c: (c.seeds, c.a, c.b))))
     if never:
-        out.append(f"  not separable by {MAX_SEEDS} seeds a row ({len(never)}; their gap is within their seed noise): "
+        out.append(f"  not separable by {p.max_seeds} seeds a row ({len(never)}; their gap is small against their seed noise): "
                    + "; ".join(f"{c.a} vs {c.b} (Δ {c.spread.diff:+.2f})" for c in never))
     cost, n_cells = p.cost_s, sum(p.seeds_planned[r] - p.seeds_now[r] for r in p.seeds_now)
     out.append(f"  cost on this machine: {n_cells} cells, {_hours(cost)} of cell time (one cell a core: "
