@@ -155,8 +155,9 @@ def gpu_seconds(row: list[Measurement], records: list[Measurement], gpu: str) ->
     """A row's cell time a seed on ``gpu``: measured (the store's records of that GPU) or estimated from FLOPs."""
     r0 = row[0]
     key = (r0.setting, r0.task, label_of(r0))
-    on_gpu = [r for r in records if r.status == "ok" and r.device != "cpu" and gpu.lower() in (r.device_name or "").lower()
-              and (r.setting, r.task, label_of(r)) == key and isinstance(r.metrics.get("wall_s"), (int, float))]
+    on_gpu = [r for r in records if r.status == "ok" and r.device != "cpu"
+              and gpu.lower() in (r.device_name or "").lower() and (r.setting, r.task, label_of(r)) == key
+              and isinstance(r.metrics.get("wall_s"), (int, float))]
     if on_gpu:
         return sum(r.metrics["wall_s"] for r in on_gpu) / len({r.seed for r in on_gpu}), "measured"
     same = _row_records(row, records)
@@ -240,7 +241,8 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
         raise AttnbenchError("give a budget: --cells N (more seeds of a row, each one cell) or --hours H (cell time "
                              "on this machine), one of them")
     if (cells is not None and cells <= 0) or (hours is not None and not hours > 0):
-        raise AttnbenchError(f"the budget must be positive, got {'--cells ' + str(cells) if cells is not None else '--hours ' + str(hours)}")
+        given = f"--cells {cells}" if cells is not None else f"--hours {hours}"
+        raise AttnbenchError(f"the budget must be positive, got {given}")
     if gpu not in GPU_PEAK_BF16:
         raise AttnbenchError(f"--gpu {gpu!r}: expected one of {', '.join(GPU_PEAK_BF16)}")
     if max_seeds < 2:
@@ -291,13 +293,15 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
     out.append("  seeds a row (now -> planned; cell time a seed on this machine, from the pilot):")
     for lab in sorted(p.seeds_now, key=lambda l: (-(p.seeds_planned[l] - p.seeds_now[l]), l)):
         out.append(f"    {lab}: {p.seeds_now[lab]} -> {p.seeds_planned[lab]}  ({_hours(p.cell_s[lab])} a seed)")
-    out.append(f"  pairs not yet separated that the plan targets, with the seeds a row each needs ({len(p.chosen)}): " + ("; ".join(
+    out.append(f"  pairs not yet separated that the plan targets, with the seeds a row each needs "
+               f"({len(p.chosen)}): " + ("; ".join(
         f"{c.a} vs {c.b} at {c.seeds}" for c in sorted(p.chosen, key=lambda c: (c.seeds, c.a, c.b))) or "none"))
     if dear:
         out.append(f"  separable, beyond this budget ({len(dear)}): " + "; ".join(
             f"{c.a} vs {c.b} needs {c.seeds}" for c in sorted(dear, key=lambda c: (c.seeds, c.a, c.b))))
     if never:
-        out.append(f"  not separable by {p.max_seeds} seeds a row ({len(never)}; their gap is small against their seed noise): "
+        out.append(f"  not separable by {p.max_seeds} seeds a row ({len(never)}; their gap is small against their "
+                   f"seed noise): "
                    + "; ".join(f"{c.a} vs {c.b} (Δ {c.spread.diff:+.2f})" for c in never))
     cost, n_cells = p.cost_s, sum(p.seeds_planned[r] - p.seeds_now[r] for r in p.seeds_now)
     out.append(f"  cost on this machine: {n_cells} cells, {_hours(cost)} of cell time (one cell a core: "
