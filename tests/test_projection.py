@@ -154,3 +154,13 @@ def test_every_committed_table_says_what_more_seeds_would_tell():
                 assert "Projection (a calculation, not a measurement" in part, part[:200]
             elif "pairs separated (two-proportion z" in part:
                 assert "One seed a row" in part, part[:200]
+
+
+def test_a_suite_that_runs_every_row_at_once_gets_the_same_seeds_a_row():
+    from attnbench.views.plan import choose_together
+
+    needs = pair_needs(tuple(itertools.combinations(sorted(MEANS), 2)), tuple(_pairs(3)))
+    now = {a: 3 for a in MEANS}
+    planned, chosen = choose_together(needs, now, {a: 1.0 for a in MEANS}, budget_s=10.0, max_seeds=64)
+    assert set(planned.values()) == {5} and all(n.seeds <= 5 for n in chosen) and chosen  # 2 more seeds of 5 rows
+    assert choose_together(needs, now, {a: 1.0 for a in MEANS}, budget_s=4.0, max_seeds=64) == (now, [])

@@ -139,14 +139,16 @@ def _cell_seconds(row: list[Measurement], records: list[Measurement]) -> Optiona
 
 def _flops(r: Measurement) -> Optional[float]:
     """A record's training FLOPs, estimated: 6 × parameters × tokens trained, or 3 × forward FLOPs an image ×
-    images trained (None: the record carries neither)."""
-    m = r.metrics
-    t = m.get("train_time_s")
-    if not isinstance(t, (int, float)):
-        return None
-    if isinstance(m.get("flops_per_image"), (int, float)) and isinstance(m.get("train_images_per_s"), (int, float)):
-        return 3 * m["flops_per_image"] * m["train_images_per_s"] * t
-    if isinstance(m.get("n_params"), (int, float)) and isinstance(m.get("train_tokens_per_s"), (int, float)):
+    images trained (measured rate × training time, else steps × batch); None: the record carries neither."""
+    m, t = r.metrics, r.metrics.get("train_time_s")
+    steps, batch = r.params.get("steps"), r.params.get("batch_size")
+    counted = isinstance(steps, int) and isinstance(batch, int)
+    if isinstance(m.get("flops_per_image"), (int, float)):
+        if isinstance(t, (int, float)) and isinstance(m.get("train_images_per_s"), (int, float)):
+            return 3 * m["flops_per_image"] * m["train_images_per_s"] * t
+        return 3 * m["flops_per_image"] * steps * batch if counted else None
+    if isinstance(m.get("n_params"), (int, float)) and isinstance(t, (int, float)) and isinstance(
+            m.get("train_tokens_per_s"), (int, float)):
         return 6 * m["n_params"] * m["train_tokens_per_s"] * t
     return None
 
@@ -172,10 +174,25 @@ def _board_name(sep: Separation) -> str:
     return f"{r0.setting} · {r0.task} · {sep.metric.label if sep.metric else 'score'}"
 
 
+def choose_together(needs: list[PairNeed], seeds_now: dict[str, int], cell_s: dict[str, float],
+                    budget_s: float, max_seeds: int) -> tuple[dict[str, int], list[PairNeed]]:
+    """For a suite whose run takes every row at once (no ``--attn``): the most seeds every row can reach within
+    the budget, and the pairs that reach their need there."""
+    cost = lambda s: sum(max(0, s - n) * cell_s[r] for r, n in seeds_now.items())  # noqa: E731
+    top = max(seeds_now.values())
+    while top < max_seeds and cost(top + 1) <= budget_s:
+        top += 1
+    if top == max(seeds_now.values()) and cost(top) > budget_s:
+        return dict(seeds_now), []
+    chosen = [p for p in needs if p.seeds is not None and p.seeds <= top]
+    return ({r: max(n, top) for r, n in seeds_now.items()} if chosen else dict(seeds_now)), chosen
+
+
 def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[float], budget_cells: Optional[int],
-               max_seeds: int = MAX_SEEDS) -> BoardPlan:
+               max_seeds: int = MAX_SEEDS, together: bool = False) -> BoardPlan:
     """The plan of one leaderboard (its separation as the view computed it) within a budget of cell seconds or of
-    cells (a cell: one row at one seed, whatever a seed of that row runs)."""
+    cells (a cell: one row at one seed, whatever a seed of that row runs); ``together``: the suite's run takes
+    every row at once, so every row gets the same seeds."""
     rows = {lab: [r for r in rs if r.status == "ok"] for lab, rs in sep.rows.items()}
     seeds_now = {lab: len(rs) for lab, rs in rows.items()}
     cell_s = {lab: _cell_seconds(rs, records) or 0.0 for lab, rs in rows.items()}
@@ -185,7 +202,9 @@ def plan_board(sep: Separation, records: list[Measurement], budget_s: Optional[f
         costs, budget = cell_s, float(budget_s)
     needs = pair_needs(sep.labels, sep.spreads, max_seeds=max_seeds)
     # the pairs the pilot already separates are not what more seeds are for: the plan targets the others
-    planned, chosen = choose([n for n in needs if (n.a, n.b) not in sep.apart], seeds_now, costs, budget)
+    targets = [n for n in needs if (n.a, n.b) not in sep.apart]
+    planned, chosen = (choose_together(targets, seeds_now, costs, budget, max_seeds) if together
+                       else choose(targets, seeds_now, costs, budget))
     at = lambda n: [p.spread.at(max(n[p.a], p.spread.n_a), max(n[p.b], p.spread.n_b)) for p in needs]  # noqa: E731
     return BoardPlan(_board_name(sep), seeds_now, planned, cell_s, needs, chosen,
                      expected_separated([p.spread for p in needs]), expected_separated(at(planned)),
@@ -198,14 +217,21 @@ def _hours(s: float) -> str:
     return f"{s / 60:.0f} min" if s >= 60 else (f"{s:.0f} s" if s >= 1 or s == 0 else "under 1 s")
 
 
+def _takes_attn(suite: str) -> Optional[bool]:
+    """Whether ``attnbench run SUITE`` takes ``--attn`` (rows run one by one); None: the suite has no run command."""
+    registered = _registered(suite)
+    if registered is None or registered.run is None:
+        return None
+    return "attn" in inspect.signature(registered.run).parameters
+
+
 def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
     run takes no ``--attn`` (it runs all its rows at once). None: the suite has no run command (e.g. ingested
     records)."""
-    registered = _registered(suite)
-    if registered is None or registered.run is None:
+    takes_attn = _takes_attn(suite)
+    if takes_attn is None:
         return None
-    takes_attn = "attn" in inspect.signature(registered.run).parameters
     r0 = next(r for r in records if r.suite == suite)
     preset = r0.params.get("preset")
     threads = r0.params.get("threads", r0.metrics.get("threads"))
@@ -276,7 +302,7 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
             out += ["", f"{r0.setting} · {r0.task}: {one_seed_line()} Run seeds "
                     f"{','.join(map(str, range(1, FIRST_ESTIMATE_SEEDS)))} first, then plan."]
             continue
-        p = plan_board(sep, records, budget_s, cells, max_seeds)
+        p = plan_board(sep, records, budget_s, cells, max_seeds, together=_takes_attn(suite) is False)
         out += _board_lines(suite, p, sep, records, gpu, db)
     return out
 
