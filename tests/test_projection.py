@@ -164,3 +164,17 @@ def test_a_suite_that_runs_every_row_at_once_gets_the_same_seeds_a_row():
     planned, chosen = choose_together(needs, now, {a: 1.0 for a in MEANS}, budget_s=10.0, max_seeds=64)
     assert set(planned.values()) == {5} and all(n.seeds <= 5 for n in chosen) and chosen  # 2 more seeds of 5 rows
     assert choose_together(needs, now, {a: 1.0 for a in MEANS}, budget_s=4.0, max_seeds=64) == (now, [])
+
+
+def test_gpu_cost_is_measured_where_the_store_has_that_gpu_else_a_flop_estimate(tmp_path):
+    db = _store(tmp_path / "g.db", _draws(3))
+    assert "a FLOP estimate" not in "\n".join(plan("demo", db=db, cells=40))   # neither timings nor FLOPs: said so
+    env = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "git_commit": "a" * 40, "git_dirty": False,
+           "packages": {}}
+    with Store(db) as s:
+        run = s.start_run(suite="demo", setting="demo/tiny", env=env)
+        s.add_many([run.record(task="t", attention=a, status="ok", dtype="float32", seed=0, params={"seed": 0},
+                               metrics={"score": MEANS[a], "n_test": 2000, "wall_s": 2.0}) for a in MEANS])
+        s.finish_run(run.run_id, "ok")
+    text = "\n".join(plan("demo", db=db, cells=40, gpu="H100"))
+    assert "measured on it" in text and "on one H100: " in text
