@@ -227,7 +227,8 @@ def _takes_attn(suite: str) -> Optional[bool]:
 
 def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
-    run takes no ``--attn`` (it runs all its rows at once). None: the suite has no run command (e.g. ingested
+    run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset and threads). None: the
+    suite has no run command (e.g. ingested
     records)."""
     takes_attn = _takes_attn(suite)
     if takes_attn is None:
@@ -347,7 +348,7 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
                f"{ASSUMED_MFU:.0%} of its {GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOP/s; a model this small leaves the GPU "
                f"idle, so a floor")
         out.append(f"  on one {gpu}: {_hours(gpu_s)} ({how})")
-    lines = run_lines(suite, p, records, db)
+    lines = run_lines(suite, p, [r for rs in sep.rows.values() for r in rs], db)  # its preset and threads
     if lines is None:
         out.append(f"  no `attnbench run {suite}` command to print (the records were ingested); run the planned seeds "
                    f"as the pilot ran")
