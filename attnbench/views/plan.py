@@ -227,9 +227,8 @@ def _takes_attn(suite: str) -> Optional[bool]:
 
 def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
-    run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset and threads). None: the
-    suite has no run command (e.g. ingested
-    records)."""
+    run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset and threads).
+    None: the suite has no run command (e.g. ingested records)."""
     takes_attn = _takes_attn(suite)
     if takes_attn is None:
         return None
