@@ -103,7 +103,7 @@ def test_plan_sizes_a_fixed_design_within_the_budget(tmp_path):
     assert "A fixed design chosen now" in text and "no sequential stop" in text
     assert "not separable by 64 seeds a row" in text and "c vs d" in text.split("not separable")[1]
     # the budget holds: at most 40 more cells (seeds of a row)
-    cells = int(text.split("cost on this machine: ")[1].split(" cells")[0])
+    cells = int(text.split("cost at the pilot's cell times (")[1].split("): ")[1].split(" cells")[0])
     assert 0 < cells <= 40
     small = "\n".join(plan("demo", db=db, cells=1))
     assert "beyond this budget" in small

@@ -257,8 +257,8 @@ def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", 
 def plan_cmd(suite: str = typer.Argument(..., help="a registered suite with records of a pilot run (any seeds)"),
              cells: Optional[int] = typer.Option(None, "--cells", help="budget: N more cells (a cell: one row of the "
                                                  "table at one seed, everything a seed of it runs)"),
-             hours: Optional[float] = typer.Option(None, "--hours", help="budget: H hours of cell time on this "
-                                                   "machine, from the pilot's measured cell times (a 2-core day: 48)"),
+             hours: Optional[float] = typer.Option(None, "--hours", help="budget: H hours of cell time, at the "
+                                                   "pilot's measured cell times (a 2-core day: 48)"),
              gpu: str = typer.Option("H100", "--gpu", help="the GPU to cost the run on: H100 or A100"),
              max_seeds: int = typer.Option(64, "--max-seeds", help="the most seeds a row considered"),
              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),

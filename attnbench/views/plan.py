@@ -7,24 +7,26 @@ them while the view renders; no rows are rebuilt here), each with the means and 
 For each pair, the seeds a row that Welch's t needs to pass at the Holm level the pair would face with power
 :data:`attnbench.results.stats.DESIGN_POWER` (the pair ranked r-th by strength faces alpha / (m - r): the pairs ahead
 of it are the stronger ones, which the plan separates first). A greedy choice then takes the pairs cheapest to reach
-first, raising both rows to the seeds the pair needs, until the budget is spent. The plan's projected count is
+first, raising both rows to the seeds the pair needs, until the budget is spent (pairs the pilot already separates
+are not targeted; a suite whose run takes every row at once, without ``--attn``, gets the most seeds a row the budget
+buys, the same for all). The plan's projected count is
 :func:`attnbench.results.stats.expected_separated` at the planned seeds (every pair of the table, Holm over all).
 
-Costs: on this machine, each row's mean cell time per seed in its records (``wall_s`` of every record of that row
-and seed, e.g. both learning rates of a recall cell), summed over the seeds to add; on a named GPU, the records'
-``wall_s`` of that GPU where the store has them, else an estimate from FLOPs (6 × parameters × tokens trained, or
-3 × FLOPs per image × images trained) at :data:`attnbench.engine.smoke.ASSUMED_MFU` of the GPU's bf16 peak; a tiny
-model leaves a GPU idle, so that estimate is a floor, said so.
+Costs: at the pilot's own cell times (the machines that ran it, named), each row's mean cell time per seed in its
+records (``wall_s`` of every record of that row and seed, e.g. both learning rates of a recall cell), summed over
+the seeds to add; on a named GPU, the records' ``wall_s`` of that GPU where the store has them, else an estimate
+from FLOPs (6 × parameters × tokens trained, or 3 × FLOPs per image × images trained) at
+:data:`attnbench.engine.smoke.ASSUMED_MFU` of the GPU's bf16 peak; a tiny model leaves a GPU idle, so that estimate
+is a floor, said so.
 
-The design is fixed before the run: every planned seed runs, then the table tests once. Testing after each seed
-and stopping at the first separation inflates false separations; no sequential option is offered.
+The design is fixed before the run: every planned seed runs, then the table tests once. Testing after each seed and
+stopping at the first separation inflates false separations; no sequential option is offered.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from typing import Optional
 
 from attnbench.api import suites as suite_registry
@@ -35,7 +37,7 @@ from attnbench.results.stats import (DESIGN_POWER, FIRST_ESTIMATE_SEEDS, HOLM_AL
                                      one_seed_line, welch_power)
 from attnbench.views.compare import Separation, recorded_separations
 from attnbench.views.rows import label_of
-from attnbench.views.sources import Source, load_sources
+from attnbench.views.sources import Source, load_sources, machine_of
 from attnbench.views.tables import _registered, view_of
 
 #: The most seeds a row the planner considers; a pair that needs more is called inseparable at this budget.
@@ -169,6 +171,10 @@ def gpu_seconds(row: list[Measurement], records: list[Measurement], gpu: str) ->
     return sum(flops) / len({r.seed for r in same}) / (GPU_PEAK_BF16[gpu] * ASSUMED_MFU), "flops"
 
 
+def _board_records(sep: Separation) -> list[Measurement]:
+    return [r for rs in sep.rows.values() for r in rs]
+
+
 def _board_name(sep: Separation) -> str:
     r0 = next(r for rs in sep.rows.values() for r in rs)
     return f"{r0.setting} · {r0.task} · {sep.metric.label if sep.metric else 'score'}"
@@ -265,7 +271,7 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
     """``attnbench plan SUITE``: the plan's lines (see the module docstring). Bad input: :class:`AttnbenchError`."""
     if (cells is None) == (hours is None):
         raise AttnbenchError("give a budget: --cells N (more seeds of a row, each one cell) or --hours H (cell time "
-                             "on this machine), one of them")
+                             "at the pilot's measured cell times), one of them")
     if (cells is not None and cells <= 0) or (hours is not None and not hours > 0):
         given = f"--cells {cells}" if cells is not None else f"--hours {hours}"
         raise AttnbenchError(f"the budget must be positive, got {given}")
@@ -290,8 +296,9 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
     if not seps:
         raise AttnbenchError(f"the {suite} leaderboards test no pairs of rows over seeds: nothing to plan")
     budget_s = hours * 3600 if hours is not None else None
+    budget_text = f"{cells} cells" if cells is not None else f"{hours:g} h of cell time at the pilot's cell times"
     out = [f"Plan for {suite} from its pilot ({len(records)} records; each board below may spend the whole budget: "
-           f"{'%d cells' % cells if cells is not None else '%g h of cell time on this machine' % hours}). A fixed "
+           f"{budget_text}). A fixed "
            f"design chosen now: run every planned seed, then read the table once; testing after each seed and stopping "
            f"at the first separation inflates false separations, so no sequential stop is offered. Projections take "
            f"the pilot's means and spreads as the truth (Welch's t, Holm over the board's pairs at {HOLM_ALPHA}, "
@@ -316,7 +323,7 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
            f"(not targeted); projected at the seeds run, about {round(p.expected_now)} separated, about "
            f"{round(p.expected_planned)} with the plan."
            + (f" {p.one_seed} pairs with a row of one seed are left out (unmeasured spread)." if p.one_seed else "")]
-    out.append("  seeds a row (now -> planned; cell time a seed on this machine, from the pilot):")
+    out.append("  seeds a row (now -> planned; a seed's cell time as the pilot measured it):")
     for lab in sorted(p.seeds_now, key=lambda l: (-(p.seeds_planned[l] - p.seeds_now[l]), l)):
         out.append(f"    {lab}: {p.seeds_now[lab]} -> {p.seeds_planned[lab]}  ({_hours(p.cell_s[lab])} a seed)")
     out.append(f"  pairs not yet separated that the plan targets, with the seeds a row each needs "
@@ -330,7 +337,8 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
                    f"seed noise): "
                    + "; ".join(f"{c.a} vs {c.b} (Δ {c.spread.diff:+.2f})" for c in never))
     cost, n_cells = p.cost_s, sum(p.seeds_planned[r] - p.seeds_now[r] for r in p.seeds_now)
-    out.append(f"  cost on this machine: {n_cells} cells, {_hours(cost)} of cell time (one cell a core: "
+    out.append(f"  cost at the pilot's cell times ({machine_of(_board_records(sep))}): {n_cells} cells, "
+               f"{_hours(cost)} of cell time (one cell a core: "
                f"{_hours(cost / 2)} on two cores)")
     gpu_s, kinds = 0.0, set()
     for lab in p.seeds_now:
@@ -347,7 +355,7 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
                f"{ASSUMED_MFU:.0%} of its {GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOP/s; a model this small leaves the GPU "
                f"idle, so a floor")
         out.append(f"  on one {gpu}: {_hours(gpu_s)} ({how})")
-    lines = run_lines(suite, p, [r for rs in sep.rows.values() for r in rs], db)  # its preset and threads
+    lines = run_lines(suite, p, _board_records(sep), db)
     if lines is None:
         out.append(f"  no `attnbench run {suite}` command to print (the records were ingested); run the planned seeds "
                    f"as the pilot ran")
