@@ -284,9 +284,11 @@ def plan(suite: str, *, db: Optional[str] = None, setting: Optional[str] = None,
     if not records and _registered(suite) is None:
         suite_registry.get_suite(suite)  # nothing of that name anywhere: the did-you-mean error of the registry
     if not any(r.status == "ok" for r in records):
+        registered = _registered(suite)
+        command = f"attnbench {suite}" if registered is not None and registered.top_level else f"attnbench run {suite}"
         raise AttnbenchError(f"no finished {suite} records in the store or results/{suite}/"
                              + (f" (setting {setting})" if setting else "")
-                             + f": run a pilot first, e.g. `attnbench run {suite} --seeds 0,1,2`")
+                             + f": run a pilot first, e.g. `{command} --seeds 0,1,2`")
     view = view_of(suite)
     with recorded_separations() as seps:
         if view.data is not None:  # the leaderboards as `table` builds them; their separations are recorded
