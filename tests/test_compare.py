@@ -159,7 +159,7 @@ def test_a_planted_separated_pair_is_counted_and_a_table_of_ties_says_so():
     assert (apart.separated, apart.pairs) == (2, 3)          # softmax from both; linear and nala 0.5 points apart
     assert apart.line("listops").startswith("listops: 2 of 3 pairs separated (two-proportion z; Holm-corrected")
     ties = compare.separation(_records({"softmax": [61.0], "linear": [60.0], "nala": [60.5]}), score)
-    assert ties.separated == 0 and ties.line().endswith("this table does not tell its rows apart.")
+    assert ties.separated == 0 and "this table does not tell its rows apart." in ties.line()
     seeds = compare.separation(_records({"a": [60.0, 60.2, 59.9], "b": [70.1, 69.8, 70.0]}), score)
     assert (seeds.separated, seeds.tests) == (1, ("Welch t over seeds",))
     # seeds without spread (one model evaluated at every seed) are tested against the test set, not called apart

@@ -253,6 +253,28 @@ def table_cmd(suite: str = typer.Argument(..., help="a registered suite: " + ", 
         fail(str(e))
 
 
+@app.command("plan")
+def plan_cmd(suite: str = typer.Argument(..., help="a registered suite with records of a pilot run (any seeds)"),
+             cells: Optional[int] = typer.Option(None, "--cells", help="budget: N more cells (a cell: one row of the "
+                                                 "table at one seed, everything a seed of it runs)"),
+             hours: Optional[float] = typer.Option(None, "--hours", help="budget: H hours of cell time, at the "
+                                                   "pilot's measured cell times (a 2-core day: 48)"),
+             gpu: str = typer.Option("H100", "--gpu", help="the GPU to cost the run on: H100 or A100"),
+             max_seeds: int = typer.Option(64, "--max-seeds", help="the most seeds a row considered"),
+             db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+             setting: Optional[str] = typer.Option(None, "--setting", help="only this setting")) -> None:
+    """Size a run from a pilot: the seeds each row needs to separate the pairs that can be separated within a
+    budget, the pairs that cannot, its cost here and on a GPU, and the `attnbench run` line (a fixed design)."""
+    from attnbench.views.plan import plan
+
+    try:
+        lines = plan(suite, db=db, setting=setting, cells=cells, hours=hours, gpu=gpu, max_seeds=max_seeds)
+    except (AttnbenchError, ValueError, OSError) as e:
+        fail(str(e))
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command("plot")
 def plot_cmd(suite: str = typer.Argument(..., help="a registered suite with plots"),
              out: Optional[str] = typer.Option(None, "--out", help="directory (default: results/plots)"),

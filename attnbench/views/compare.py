@@ -26,6 +26,8 @@ names those cells; without it the command reports and exits 0.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import statistics
@@ -35,7 +37,8 @@ from typing import Any, Iterable, Optional
 from attnbench.core.errors import AttnbenchError
 from attnbench.results import provenance
 from attnbench.results.records import Measurement, read_jsonl
-from attnbench.results.stats import Z95, two_proportion_p, welch_p
+from attnbench.results.stats import (PairSpread, Z95, one_seed_line, seed_projection, two_proportion_p,
+                                     welch_p)
 from attnbench.results.store import Store
 from attnbench.views.rows import fmt_time, label_of
 from attnbench.views.sources import latest
@@ -84,6 +87,7 @@ class Difference:
     noise: Optional[float]
     test: str
     note: str = ""
+    spread: Optional[PairSpread] = None   # A − B as the seeds show it, when the test is Welch's over seeds
 
     @property
     def change(self) -> float:
@@ -215,13 +219,18 @@ def _timing_rel_se(rs: list[Measurement]) -> Optional[float]:
     return 1.2533 * (iqr / 1.349) / math.sqrt(reps) / med
 
 
+def _spread(a: list[float], b: list[float]) -> PairSpread:
+    return PairSpread(statistics.fmean(a) - statistics.fmean(b), statistics.stdev(a), statistics.stdev(b), len(a),
+                      len(b))
+
+
 def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measurement]) -> Optional[Difference]:
     """The difference of ``metric`` between the two sides of one cell, or None when a side lacks it."""
     a, b = _values(ra, metric.key), _values(rb, metric.key)
     if not a or not b:
         return None
     ma, mb = statistics.fmean(a), statistics.fmean(b)
-    p = noise = None
+    p = noise = spread = None
     test = "no noise recorded"
     if metric.kind == "proportion":
         na = [int(r.metrics["n_test"]) for r in ra if isinstance(r.metrics.get("n_test"), (int, float))]
@@ -230,7 +239,7 @@ def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measur
             return None  # a score that is not a proportion of a test set (e.g. a perplexity): see test_ppl
         # seeds that all agree (e.g. one model evaluated at every seed) say nothing of the noise: the test set does
         if len(a) >= 2 and len(b) >= 2 and statistics.variance(a) + statistics.variance(b) > 0:
-            p, test = welch_p(a, b), f"Welch t over seeds ({len(a)} vs {len(b)})"
+            p, test, spread = welch_p(a, b), f"Welch t over seeds ({len(a)} vs {len(b)})", _spread(a, b)
             se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
         else:
             n1, n2 = min(na), min(nb)
@@ -239,7 +248,7 @@ def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measur
         noise = Z95 * se / ma if ma else None
     elif metric.kind == "value":
         if len(a) >= 2 and len(b) >= 2:
-            p, test = welch_p(a, b), f"Welch t over seeds ({len(a)} vs {len(b)})"
+            p, test, spread = welch_p(a, b), f"Welch t over seeds ({len(a)} vs {len(b)})", _spread(a, b)
             se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
             noise = Z95 * se / ma if ma else None
         else:
@@ -256,13 +265,14 @@ def difference(name: str, metric: Metric, ra: list[Measurement], rb: list[Measur
         if len(a) >= 2 and len(b) >= 2 and min(a + b) > 0:
             la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
             p, test = welch_p(la, lb), f"Welch t on log rates over seeds ({len(a)} vs {len(b)})"
+            spread = _spread(la, lb)
             se = math.sqrt(statistics.variance(la) / len(la) + statistics.variance(lb) / len(lb))
             noise = math.expm1(Z95 * se)
         else:
             test = "one run a side: no repeat noise"
     loaded = any(r.metrics.get("concurrent_attnbench") for r in ra + rb) and metric.kind in ("timing", "rate")
     return Difference(name, metric, ma, mb, len(a), len(b), p, noise, test,
-                      note="‡ timed under load" if loaded else "")
+                      note="‡ timed under load" if loaded else "", spread=spread)
 
 
 # --- does a leaderboard tell its rows apart? ----------------------------------------------------------------------
@@ -280,12 +290,21 @@ def holm(pvalues: list[float], alpha: float = ALPHA) -> list[bool]:
 
 @dataclasses.dataclass(frozen=True)
 class Separation:
-    """How many pairs of a leaderboard's rows differ significantly (compare's test of each pair, Holm-corrected)."""
+    """How many pairs of a leaderboard's rows differ significantly (compare's test of each pair, Holm-corrected),
+    and what more seeds would tell apart: ``spreads``, the pairs tested by Welch's t over seeds (their labels in
+    ``labels``), projected by :func:`attnbench.results.stats.seed_projection`; ``one_seed``: the pairs with a row of
+    one seed of a figure that seeds move (its interval is the test set's alone)."""
 
     separated: int
     pairs: int                  # pairs that could be tested
     untested: int               # pairs without noise to test against (one seed and no test-set size)
     tests: tuple[str, ...]
+    spreads: tuple[PairSpread, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    one_seed: int = 0           # pairs of a figure seeds move with one seed on a side
+    rows: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    metric: Optional[Metric] = None
+    apart: frozenset = frozenset()  # the pairs (a, b) separated
 
     def line(self, what: str = "") -> str:
         where = f"{what}: " if what else ""
@@ -293,22 +312,60 @@ class Separation:
             return f"{where}no pair of rows can be tested (one seed a row and no test-set size)."
         text = (f"{self.separated} of {self.pairs} pairs separated ({'; '.join(self.tests)}; Holm-corrected, "
                 f"{ALPHA})" + (f", {self.untested} untestable" if self.untested else ""))
-        return f"{where}{text}" + (": this table does not tell its rows apart." if self.separated == 0 else ".")
+        text = f"{where}{text}" + (": this table does not tell its rows apart." if self.separated == 0 else ".")
+        return f"{text} {self.seeds_line()}".rstrip()
+
+    def seeds_line(self) -> str:
+        """What more seeds would tell apart (several seeds a row), or what one seed a row cannot say; "" for a
+        figure that seeds do not move (a timing's repeats)."""
+        projection = seed_projection(list(self.spreads))
+        if projection is None:
+            return one_seed_line() if self.one_seed else ""
+        return projection.line() + (f" Pairs with a row of one seed ({self.one_seed} of them) are not projected: "
+                                    f"that row's spread is unmeasured." if self.one_seed else "")
+
+
+#: The separations computed while it is set (``attnbench plan`` reads the leaderboards' own through it).
+_RECORDED: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("separations", default=None)
+
+
+@contextlib.contextmanager
+def recorded_separations():
+    """Within it, every :func:`separation` a view computes is appended to the list it yields (one place computes the
+    pairs a table tests; the planner sizes a run on those, not on rows of its own)."""
+    out: list[Separation] = []
+    token = _RECORDED.set(out)
+    try:
+        yield out
+    finally:
+        _RECORDED.reset(token)
 
 
 def separation(rows: dict[str, list[Measurement]], metric: Metric) -> Separation:
     """Every pair of ``rows`` (a row's records: one per seed) tested as ``compare`` tests a cell's two sides."""
     labels = sorted(rows)
-    ps, tests, untested = [], set(), 0
+    ps, tests, untested, spreads, pairs, one_seed, tested = [], set(), 0, [], [], 0, []
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
             d = difference(f"{a} vs {b}", metric, rows[a], rows[b])
+            if d is not None and d.metric.kind in ("proportion", "value") and min(d.n_a, d.n_b) < 2:
+                one_seed += 1
+            if d is not None and d.spread is not None:
+                spreads.append(d.spread)
+                pairs.append((a, b))
             if d is None or d.p is None:
                 untested += 1
                 continue
             ps.append(d.p)
+            tested.append((a, b))
             tests.add(d.test.split(" (")[0])
-    return Separation(sum(holm(ps)), len(ps), untested, tuple(sorted(tests)))
+    reject = holm(ps)
+    sep = Separation(sum(reject), len(ps), untested, tuple(sorted(tests)), tuple(spreads), tuple(pairs), one_seed,
+                     rows, metric, frozenset(ab for ab, r in zip(tested, reject) if r))
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        recorded.append(sep)
+    return sep
 
 
 def metric(key: str) -> Metric:

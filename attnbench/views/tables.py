@@ -15,6 +15,7 @@ from attnbench.api import suites as suite_registry
 from attnbench.core.errors import AttnbenchError, UnknownNameError
 from attnbench.results.paths import project_root, resolve_db
 from attnbench.results.records import Measurement
+from attnbench.views.compare import metric, separation
 from attnbench.views.render import TableData, default_console, markdown_tables, render_tables, rich_tables, table_format
 from attnbench.views.rows import aggregate, fmt_seeds, label_of, seed_note, seed_rows, CONTENDED
 from attnbench.views.sources import Source, load_sources, machine_of, machines, reference_files
@@ -29,7 +30,12 @@ def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]
         rows_over_seeds = seed_rows(recs)
         tasks = sorted({r.task for r in recs})
         labels = sorted({label_of(r) for r in recs})
-        rows, stats = [], []
+        rows, stats, seps = [], [], []
+        for t in tasks:  # every pair of rows tested, as every leaderboard does (a score with a test-set size)
+            by_row = {lab: [m for k, ms in rows_over_seeds.items() if k[3] == t and k[4] == lab for m in ms]
+                      for lab in labels}
+            if any(isinstance(m.metrics.get("score"), (int, float)) for ms in by_row.values() for m in ms):
+                seps.append(separation(by_row, metric("score")).line(f"Separation ({t})"))
         for lab in labels:
             row = [lab]
             for t in tasks:
@@ -45,7 +51,8 @@ def _generic_tables(source: Source) -> list[tuple[str, list[str], list[list[str]
             rows.append(row)
         title = f"{setting} · {dtype} · {device} ({machine_of(recs)})"
         out.append((title, ["attention", *tasks], rows,
-                    f"{source.label}. Score per attention and task (mean over seeds).{seed_note(stats, False)}"))
+                    f"{source.label}. Score per attention and task (mean over seeds).{seed_note(stats, False)}"
+                    + "".join(f" {line}" for line in seps)))
     return out
 
 
