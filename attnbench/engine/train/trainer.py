@@ -158,11 +158,19 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
     return out
 
 
-def make_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(groups: list[dict], cfg: TrainConfig, *, sharded: bool = False) -> torch.optim.Optimizer:
+    """The config's optimizer over ``groups``. torch's multi-tensor (``foreach``) update, which torch picks by
+    itself on CUDA only: on the CPU it gives the same parameters to the bit as the per-tensor loop and saves its
+    per-tensor overhead (a third of the step's optimizer time for the small models of the CPU presets; the fused
+    kernel would save more but rounds differently, so committed results would not reproduce). ``sharded``
+    (FSDP2's DTensor parameters): torch's own choice."""
+    foreach = None if sharded else True
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                               foreach=foreach)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+               foreach=foreach)
 
 
 def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig):
@@ -412,7 +420,7 @@ def train(model: torch.nn.Module, cfg: TrainConfig, task: TrainTask, *, seed: in
         wrapped = torch.compile(wrapped)
     if fsdp:  # fully_shard replaced the parameters: the optimizer must hold the sharded ones
         groups = param_groups(model, cfg)
-    opt = make_optimizer(groups, cfg)
+    opt = make_optimizer(groups, cfg, sharded=fsdp)
     run = _Loop(cfg=cfg, task=task, model=model, wrapped=wrapped, no_sync=no_sync, opt=opt,
                 sched=make_schedule(opt, cfg),
                 scaler=torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None,
