@@ -54,8 +54,8 @@ class Plan:
 
 def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross entropy over the asked positions (targets not -100), as Zoology's and MAD's losses. The asked rows
-    are taken first: the same loss and gradients to the bit as ``ignore_index``, without the log-softmax and its
-    backward over every position (MQAR asks a quarter of them)."""
+    are taken first: the loss of ``ignore_index`` to rounding (its mean sums the same terms, in another order),
+    without the log-softmax and its backward over every position (MQAR asks a quarter of them)."""
     asked = targets != IGNORE
     return F.cross_entropy(logits[asked].float(), targets[asked])
 
