@@ -223,6 +223,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lra", default=None, help="LRA mechanisms (default: as vision)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10, help="timed rounds (each form once per round)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time, or this process's CPU time (one thread on a busy machine: leaves out the waits "
+                         "for a core)")
     ap.add_argument("--compile", action="store_true", help="also each model under torch.compile, same rounds")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest ops per model")
     a = ap.parse_args(argv)
@@ -252,9 +255,10 @@ def main(argv=None) -> int:
             cstep()
             info[key]["compile_s"] = time.perf_counter() - t0
             fns[key + ("compiled",)] = cstep
-    t = round_robin(fns, repeats=a.repeats, warmup=2)
-    print(f"one step per model, {a.threads} thread(s), medians of {a.repeats} interleaved rounds; floor = counted "
-          f"FLOPs at the rate of the step's own matrix products replayed bare")
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock)
+    print(f"one step per model, {a.threads} thread(s), {a.clock} time, medians of {a.repeats} interleaved rounds; "
+          f"floor = counted FLOPs at the rate of the step's own matrix products replayed bare")
     head = f"{'suite':7} {'model':22} {'ms/step':>8} {'GFLOP':>6} {'prod GF/s':>9} {'x floor':>7} {'x softmax':>9}"
     print(head + ("  compiled: x eager  compile s" if a.compile else ""))
     base: dict[str, float] = {}
