@@ -25,7 +25,7 @@ SUITES = ("lra", "vision", "adala", "mixa", "lm", "scaling", "claims")
 FLAGS = {"seed": "--seed", "seeds": "--seeds", "force": "--force", "db": "--db", "out": "--out", "nproc": "--nproc",
          "shard": "--shard", "launcher": "--launcher", "jobs": "--jobs", "partition": "--partition",
          "gpus_per_job": "--gpus-per-job", "job_minutes": "--job-minutes", "threads": "--threads",
-         "plugin": "--plugin"}
+         "compile": "--compile", "plugin": "--plugin"}
 
 
 def run_commands() -> dict:
@@ -182,3 +182,32 @@ def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path):
     assert with_plugin.returncode == 2 and "nalla" in with_plugin.stdout, with_plugin.stdout + with_plugin.stderr
     assert "'my_window'" not in with_plugin.stdout.split("nalla")[0]
     assert not (tmp_path / "p.db").exists()
+
+
+def test_compile_reaches_the_trainer_and_every_record_but_not_the_identity(tmp_path, monkeypatch):
+    """``--compile``: the trainer calls the model through torch.compile (stubbed here: compiling is slow and its
+    numbers are torch's business), the record says so, and the cell keeps the eager run's config hash (an
+    execution setting, as the thread count: the finished eager cell is skipped)."""
+    import torch
+
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compiled.append(m) or m)
+    preset = tmp_path / "toy.toml"
+    preset.write_text(PRESET)
+    db = tmp_path / "t.db"
+    args = ("run", "lra", "--attn", "softmax", "--tasks", "listops", "--preset", str(preset), "--db", str(db),
+            "--out", str(tmp_path / "w"))
+    r = invoke(*args, "--compile")
+    assert r.exit_code == 0, r.output[-3000:]
+    assert len(compiled) == 1
+    with Store(db) as s:
+        (m,) = s.measurements(suite="lra")
+    assert m.metrics["compile"] is True
+    r = invoke(*args)
+    assert r.exit_code == 0 and "already finished" in r.output, r.output[-3000:]
+
+
+def test_compile_on_a_suite_that_trains_nothing_is_one_line():
+    r = invoke("run", "scaling", "--attn", "softmax", "--compile")
+    error = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(error) == 1 and "--compile" in error[0], r.output

@@ -31,6 +31,7 @@ class RunOptions:
     """The shared options of a suite's run. ``seeds`` is ``[seed]`` unless several seeds were given (``seed`` is
     then the first); ``out`` is the user's ``--out`` (None: the suite's default, :meth:`work`, or a temporary
     folder for a smoke run); ``shard`` is ``(K, N)``; ``threads`` None or 0 leaves torch's count as it is;
+    ``compile``: the trainer runs the model through ``torch.compile`` (:func:`attnbench.engine.train.trainer.train`);
     ``argv`` is the command line recorded with the run."""
 
     seed: int = None  # type: ignore[assignment]  # filled in from seeds
@@ -46,6 +47,7 @@ class RunOptions:
     gpus_per_job: int = 0
     job_minutes: int = 240
     threads: Optional[int] = None
+    compile: bool = False
     plugins: list[str] = dataclasses.field(default_factory=list)
     argv: Optional[list[str]] = None
 
@@ -156,5 +158,6 @@ class RunContext:
         return run_sweep(cells, run_cell, suite=self.suite, setting=setting, db=self.opts.db, config=config,
                          device=device or self.device.type,
                          threads=torch.get_num_threads() if threads is None else threads, force=self.opts.force,
+                         compile=self.opts.compile,
                          shard=self.opts.shard, console=self.console, progress=self.progress, argv=self.opts.argv,
                          dist=self.dist if dist == "ctx" else dist, describe=describe, skipped=skipped)

@@ -88,11 +88,13 @@ class CellResult:
 @dataclasses.dataclass
 class CellContext:
     """What ``run_cell`` gets besides its cell: the shared progress display (None on ranks > 0 or without one),
-    the process group, and whether ``--force`` asked to start the cell from scratch."""
+    the process group, whether ``--force`` asked to start the cell from scratch and whether ``--compile`` asked
+    for a compiled model."""
 
     progress: Any
     dist: Any
     force: bool
+    compile: bool = False   # --compile: the suite's trainer runs the model through torch.compile
 
 
 @dataclasses.dataclass
@@ -248,13 +250,16 @@ def _progress(console, enabled: bool):
 def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], CellResult], *, suite: str,
               setting: str, db: Optional[str] = None, config: Optional[dict] = None, device: str = "cpu",
               threads: Optional[int] = None, force: bool = False, shard: Optional[tuple[int, int]] = None,
-              console=None, progress: bool = True, argv: Optional[list[str]] = None, dist=None,
+              compile: bool = False, console=None, progress: bool = True, argv: Optional[list[str]] = None, dist=None,
               describe: Optional[Callable[[Outcome], str]] = None,
               skipped: Sequence[Outcome] = ()) -> SweepSummary:
     """Run ``cells`` (see the module docstring). ``skipped`` are outcomes decided before the loop (e.g. a task
     without data), reported with the rest; ``describe(outcome)`` is the suite's one-line report of a cell.
     ``threads``: torch intra-op threads for the whole run, set here once on every rank (None or 0: the count
-    as it is, torch's default or ``OMP_NUM_THREADS``, per rank under torchrun)."""
+    as it is, torch's default or ``OMP_NUM_THREADS``, per rank under torchrun). ``compile`` reaches each cell
+    (:class:`CellContext`) and every record of a result carries it (``metrics["compile"]``), as the thread count:
+    an execution setting, not part of a cell's identity (the config hash), since a compiled step computes the
+    same function to rounding, as a step on another thread count does."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -289,7 +294,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
         bars = _progress(console, progress and main)
         with bars, sigterm_as_interrupt():
             overall = bars.add_task(f"{suite} cells", total=len(todo), info="")
-            ctx = CellContext(progress=bars if main and progress else None, dist=dist, force=force)
+            ctx = CellContext(progress=bars if main and progress else None, dist=dist, force=force, compile=compile)
             for cell in todo:
                 skip = _claim(cell, store, run, suite, force, bcast)
                 if skip is not None:
@@ -358,6 +363,8 @@ def _measure(cell: Cell, run_cell, ctx: CellContext, db: Optional[str], store: O
     others = watch.stop()
     if others and result.metrics is not None:
         result.metrics = {**result.metrics, "concurrent_attnbench": others}
+    if result.metrics is not None:
+        result.metrics = {**result.metrics, "compile": ctx.compile}
     if store is not None:
         store.add(run.record(task=cell.task, attention=cell.attention, status=result.status, options=cell.options,
                              impl=result.impl, dtype=cell.dtype, params=cell.params, metrics=result.metrics,

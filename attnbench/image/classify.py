@@ -296,7 +296,7 @@ class Fitted:
 def fit_classifier(spec: AttentionSpec | Sequence[AttentionSpec], pre: ClassifierPreset, splits, *, seed: int,
                    device: torch.device, dist: Dist, identity: str, checkpoint: Path, progress=None, label: str = "",
                    hooks: Optional[TrainHooks] = None, restart: bool = False,
-                   pretrained: Optional[Path] = None) -> Fitted:
+                   pretrained: Optional[Path] = None, compile: bool = False) -> Fitted:
     """Train the preset's ViT with ``spec`` on ``splits.train`` by the preset's recipe (from ``pretrained``'s
     weights if given: a softmax ViT loads into any attention), resuming from ``checkpoint`` if it is there;
     then test it. Metrics: top-1 (and top-5) on the test split at the best validation step (``score`` = test
@@ -326,7 +326,8 @@ def fit_classifier(spec: AttentionSpec | Sequence[AttentionSpec], pre: Classifie
         return evaluate(net, splits.val, pre.recipe.eval_batch_size, dist, device, pre.recipe.workers)
 
     result = train(model, pre.train, TrainTask(batch, loss, validate), seed=seed, device=device, identity=identity,
-                   checkpoint=checkpoint, dist=dist, progress=progress, label=label, hooks=hooks, restart=restart)
+                   checkpoint=checkpoint, dist=dist, progress=progress, label=label, hooks=hooks, restart=restart,
+                   compile=compile)
     test = evaluate(model, splits.test, pre.recipe.eval_batch_size, dist, device, pre.recipe.workers)
     peak, mem_method = meter.read()
     st = result.state

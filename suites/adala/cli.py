@@ -13,7 +13,8 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.engine.context import RunOptions
 
 
-@clikit.run_command(suite="adala")
+@clikit.run_command(suite="adala", no_training="not wired through AdaLA's staged distillation yet (each stage "
+                    "freezes and swaps parts of the model, which a compiled graph would have to follow)")
 def run_command(
     attn: str = typer.Option("linear", "--attn", help="student attention spec(s), comma-separated: linear (ELU+1, "
                              "the paper's) or any registered linear attention (nala, mirrorla, ...)"),

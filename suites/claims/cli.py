@@ -16,7 +16,8 @@ from .leaderboard import ORDER
 
 
 @clikit.run_command(suite="claims", one_process="the claims measure each mechanism in this one process; "
-                    "split the checks over processes or jobs with --shard or --launcher instead")
+                    "split the checks over processes or jobs with --shard or --launcher instead",
+                    no_training="the claims time and check mechanisms; they train no model to compile")
 def run_command(
     attn: Optional[str] = typer.Option(None, "--attn", help="the mechanisms each check includes (of those it can "
                                        "measure; default: each check's own list). " + clikit.ATTN_HELP),

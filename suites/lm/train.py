@@ -132,7 +132,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, corpus: Corpus, pre: LMPreset, dev
     task = TrainTask(batch, loss, validate, unit="tokens", per_sample=pre.data.seq_len)
     result = train(model, pre.train, task, seed=cell.seed, device=device, identity=cell.config_hash,
                    checkpoint=ckpt, dist=dist, progress=ctx.progress, label=cell.label,
-                   hooks=hooks(cell.attention) if hooks else None, restart=ctx.force)
+                   hooks=hooks(cell.attention) if hooks else None, restart=ctx.force, compile=ctx.compile)
     st = result.state
     val = split_loss(model, corpus, "val", windows=0, batch=eval_batch, dist=dist, device=device)
     test = split_loss(model, corpus, "test", windows=0, batch=eval_batch, dist=dist, device=device)

@@ -367,7 +367,8 @@ def run_cell(cell: Cell, ctx: CellContext, *, data: TaskData, preset: Preset, de
     ckpt = checkpoint_path(work, preset.key, cell)
     result = train(model, train_config(cfg), TrainTask(batch, loss, validate), seed=cell.seed, device=device,
                    identity=cell.config_hash, checkpoint=ckpt, dist=dist, progress=ctx.progress,
-                   label=cell.label, hooks=hooks(cell.task, cell.attention) if hooks else None, restart=ctx.force)
+                   label=cell.label, hooks=hooks(cell.task, cell.attention) if hooks else None, restart=ctx.force,
+                   compile=ctx.compile)
     test_acc, test_loss = evaluate(model, test_b, np.arange(len(data.test)), cfg.eval_bs, dist, device)
     peak, mem_method = meter.read()
     st = result.state

@@ -179,7 +179,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: MixaPreset, teacher, 
         result = train(model, pre.train, TrainTask(batch, loss, validate), seed=cell.seed, device=device,
                        identity=cell.config_hash, checkpoint=ckpt, dist=dist, teacher=teacher,
                        progress=ctx.progress, label=cell.label, restart=ctx.force,
-                       hooks=hooks(cell.task, cell.attention) if hooks else None)
+                       hooks=hooks(cell.task, cell.attention) if hooks else None, compile=ctx.compile)
         test = evaluate(model, splits.test, eval_bs, dist, device)
         st = result.state
         last = st.history[-1] if st.history else {}

@@ -18,7 +18,8 @@ from attnbench.engine.context import RunOptions
 
 @clikit.run_command(suite="scaling", one_process="each point is measured alone in its own child process (a "
                     "timing shared with other ranks would measure the contention); split the points over jobs with "
-                    "--shard or --launcher instead")
+                    "--shard or --launcher instead",
+                    no_training="the scaling suite times attention calls; it trains no model to compile")
 def run_scaling_cmd(
     attn: Optional[str] = typer.Option(None, "--attn", help=clikit.ATTN_HELP + " (default: the preset's)"),
     seq: Optional[str] = typer.Option(None, "--seq", help="sequence lengths, e.g. 1k,4k,16k,64k"),

@@ -66,7 +66,7 @@ def run_cell(cell: Cell, ctx: CellContext, *, splits, pre: VisionPreset, device:
     fitted = fit_classifier(cell.payload, pre, splits, seed=cell.seed, device=device, dist=ctx.dist,
                             identity=cell.config_hash, checkpoint=ckpt, progress=ctx.progress, label=cell.label,
                             hooks=hooks(cell.task, cell.attention) if hooks else None, restart=ctx.force,
-                            pretrained=pretrained)
+                            pretrained=pretrained, compile=ctx.compile)
     metrics = fitted.metrics
     if ctx.dist.main:
         weights = artifact_path(work, "models", pre, cell)  # the trained model (best val step)

@@ -1,0 +1,282 @@
+"""The training step of every suite's CPU preset beside softmax's and beside its matmul floor (issue #47).
+
+For each model (recall tiny over its mixers, LM tiny over its table's rows, vision tiny and LRA tiny over the
+mechanisms asked for) one step is what the suite's trainer does: zero the gradients, forward, the suite's loss,
+backward, clipping where the preset clips, the optimizer's step, on a batch of the preset's shape. Its floor is
+the step's matmul-class FLOPs (``torch.utils.flop_counter.FlopCounterMode``, :mod:`attnbench.measure.flops`)
+at the rate this machine reaches on the step's *own* matrix products: every mm / bmm / addmm / baddbmm the step
+calls is recorded once (shapes, transposition) and replayed bare, and that replay is timed in the same rounds as
+the steps. So ``x floor`` = step time / (counted FLOPs / measured rate): 1 would be a step that does nothing but
+its products at the speed the BLAS gives those shapes.
+
+All forms are timed interleaved, round by round (:func:`attnbench.measure.timing.round_robin`), on the thread
+count asked (default 1); ratios come from one run. ``--compile`` adds each model under ``torch.compile`` (the
+whole step's forward and loss; the backward through AOTAutograd) in the same rounds, with its compile time.
+``--profile N`` prints torch.profiler's N most expensive ops per model instead of timing.
+
+    python benchmarks/bench_train_step.py --suites recall --threads 1
+    python benchmarks/bench_train_step.py --suites lm,vision,lra --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnbench.engine.train.trainer import make_optimizer, param_groups
+from attnbench.measure.flops import count_flops
+from attnbench.measure.timing import round_robin
+from attnbench.results.provenance import machine, machine_line
+
+MATMULS = ("mm", "bmm", "addmm", "baddbmm")
+
+
+@dataclasses.dataclass
+class Model:
+    """One model of one suite: how to run its forward and loss on the fixed batch, its optimizer config."""
+    suite: str
+    label: str
+    module: torch.nn.Module
+    loss: Callable[[torch.nn.Module], torch.Tensor]
+    train_cfg: object            # attnbench.engine.train.TrainConfig
+
+
+def _step(m: Model, net: torch.nn.Module) -> Callable[[], None]:
+    cfg = m.train_cfg
+    opt = make_optimizer(param_groups(m.module, cfg), cfg)
+    params = [p for p in m.module.parameters() if p.requires_grad]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        m.loss(net).backward()
+        if cfg.clip_grad_value:
+            torch.nn.utils.clip_grad_value_(params, cfg.clip_grad_value)
+        if cfg.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad_norm)
+        opt.step()
+    return step
+
+
+class _Products(TorchDispatchMode):
+    """Records every matrix product a call makes: (op, operand shapes and whether each is a transposed view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in MATMULS:
+            ops = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((name, tuple((tuple(t.shape), t.dim() >= 2 and t.stride(-2) == 1 and t.shape[-2] > 1)
+                                           for t in ops)))
+        return func(*args, **(kwargs or {}))
+
+
+def _operand(shape: tuple, transposed: bool) -> torch.Tensor:
+    if transposed:
+        return torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
+    return torch.randn(*shape)
+
+
+def product_replay(step: Callable[[], None]) -> tuple[Callable[[], None], int]:
+    """``(replay, flops)``: a callable that redoes every matrix product of one ``step`` on random operands of the
+    same shapes and layouts, and those products' FLOPs."""
+    with _Products() as rec:
+        step()
+    ops, flops = [], 0
+    for name, operands in rec.calls:
+        ts = [_operand(s, t) for s, t in operands]
+        fn = getattr(torch, name)
+        ops.append((fn, ts))
+        mats = [s for s, _ in operands][-2:]          # addmm / baddbmm: (bias, a, b)
+        (a, b) = mats
+        flops += 2 * a[-2] * a[-1] * b[-1] * (a[0] if len(a) == 3 else 1)
+
+    def replay():
+        for fn, ts in ops:
+            fn(*ts)
+    return replay, flops
+
+
+# --- the suites' models -------------------------------------------------------------------------------------
+def recall_models(names: str | None) -> list[Model]:
+    from attnbench.suites.recall.config import load_preset, parse_mixers
+    from attnbench.suites.recall.model import build_model
+    from attnbench.suites.recall.tasks import generate
+    from attnbench.suites.recall.train import masked_loss
+
+    pre = load_preset("tiny")
+    point = pre.points()[0]
+    cfg = pre.train
+    ex = generate(point.task, cfg.batch_size, point.params, 0)
+    x, y = torch.as_tensor(ex[0]), torch.as_tensor(ex[1])
+    out = []
+    for m in parse_mixers(names or pre.mixers):
+        if m.variant is None:
+            continue
+        torch.manual_seed(0)
+        model = build_model(pre.model_config(m, point), point.task)
+        out.append(Model("recall", m.label, model, lambda net, x=x, y=y: masked_loss(net(x), y), cfg))
+    return out
+
+
+def lm_models(names: str | None) -> list[Model]:
+    from attnbench.models.lm import build_lm
+    from attnbench.models.variants import parse_variant
+    from attnbench.suites.lm.cli import TABLE_ROWS
+    from attnbench.suites.lm.config import load_preset
+    from attnbench.suites.lm.train import next_token_loss
+
+    pre = load_preset("tiny")
+    ids = torch.randint(0, pre.data.vocab_size, (pre.train.batch_size, pre.data.seq_len + 1),
+                        generator=torch.Generator().manual_seed(0))
+    out = []
+    for name in (names or TABLE_ROWS).split(","):
+        v = parse_variant(name)
+        torch.manual_seed(0)
+        model = build_lm(pre.model_config(v, pre.data.vocab_size))
+        out.append(Model("lm", v.label, model, lambda net: next_token_loss(net, ids), pre.train))
+    return out
+
+
+VISION_DEFAULT = "softmax,linear,relu_linear,performer,cosformer,hedgehog,polaformer,nala,mirrorla,stella,flatten"
+
+
+def vision_models(names: str | None) -> list[Model]:
+    from attnbench.api.spec import AttentionSpec
+    from attnbench.image.classify import build_classifier, recipe_loss
+    from attnbench.suites.vision.config import load_preset
+
+    pre = load_preset("tiny")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(pre.train.batch_size, 3, pre.data.image_size, pre.data.image_size, generator=g)
+    y = torch.randint(0, 10, (pre.train.batch_size,), generator=g)
+    _, criterion = recipe_loss(pre, 10)
+    out = []
+    for name in (names or VISION_DEFAULT).split(","):
+        spec = AttentionSpec.parse(name)
+        spec = spec.with_defaults(pre.options_for(spec.name))
+        torch.manual_seed(0)
+        model = build_classifier(spec, pre, 10)
+        out.append(Model("vision", spec.label, model, lambda net: criterion(net(x).float(), y), pre.train))
+    return out
+
+
+def lra_models(names: str | None) -> list[Model]:
+    from attnbench.api.spec import AttentionSpec
+    from attnbench.suites.lra.config import load_preset
+    from attnbench.suites.lra.model import build_model
+    from attnbench.suites.lra.train import train_config
+
+    pre = load_preset("tiny")
+    task = pre.task("listops")
+    m = pre.model
+    g = torch.Generator().manual_seed(0)
+    vocab = 20                                     # generated ListOps: digits, four operators, brackets, pad
+    x = torch.randint(1, vocab, (task.batch_size, task.seq_len), generator=g)
+    x[:, -8:] = 0                                  # some padding, as the generated trees are shorter than seq_len
+    y = torch.randint(0, 10, (task.batch_size,), generator=g)
+    out = []
+    for name in (names or VISION_DEFAULT).split(","):
+        spec = AttentionSpec.parse(name)
+        spec = spec.with_defaults(pre.options_for(spec.name))
+        torch.manual_seed(0)
+        model = build_model(spec, vocab_size=vocab, num_classes=10, seq_len=task.seq_len, pair=False, pad_id=0,
+                            dim=m.dim, ffn_dim=m.ffn_dim, heads=m.heads, head_dim=m.head_dim, layers=m.layers,
+                            dropout=m.dropout)
+        out.append(Model("lra", spec.label, model, lambda net: F.cross_entropy(net(x).float(), y),
+                         train_config(task)))
+    return out
+
+
+SUITES = {"recall": recall_models, "lm": lm_models, "vision": vision_models, "lra": lra_models}
+
+
+def _profile(models: list[Model], rows: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    for m in models:
+        step = _step(m, m.module)
+        for _ in range(3):
+            step()
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            for _ in range(5):
+                step()
+        print(f"\n== {m.suite} · {m.label} (5 steps)")
+        print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suites", default="recall", help=f"comma-separated, of {', '.join(SUITES)}")
+    ap.add_argument("--recall", default=None, help="recall mixers (default: the tiny preset's)")
+    ap.add_argument("--lm", default=None, help="LM rows (default: the table's eight)")
+    ap.add_argument("--vision", default=None, help=f"vision mechanisms (default: {VISION_DEFAULT})")
+    ap.add_argument("--lra", default=None, help="LRA mechanisms (default: as vision)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=10, help="timed rounds (each form once per round)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time, or this process's CPU time (one thread on a busy machine: leaves out the waits "
+                         "for a core)")
+    ap.add_argument("--compile", action="store_true", help="also each model under torch.compile, same rounds")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest ops per model")
+    a = ap.parse_args(argv)
+    unknown = [s for s in a.suites.split(",") if s not in SUITES]
+    if unknown:
+        print(f"--suites: unknown {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
+    print(machine_line(machine(threads=a.threads)))
+    models = [m for s in a.suites.split(",") for m in SUITES[s](getattr(a, s))]
+    if a.profile:
+        _profile(models, a.profile)
+        return 0
+    fns, info = {}, {}
+    for m in models:
+        key = (m.suite, m.label)
+        step = _step(m, m.module)
+        flops = count_flops(lambda: m.loss(m.module).backward())
+        replay, replay_flops = product_replay(step)
+        fns[key + ("eager",)] = step
+        fns[key + ("products",)] = replay
+        info[key] = {"flops": flops, "replay_flops": replay_flops}
+        if a.compile:
+            compiled = torch.compile(m.module)
+            cstep = _step(m, compiled)
+            t0 = time.perf_counter()
+            cstep()
+            info[key]["compile_s"] = time.perf_counter() - t0
+            fns[key + ("compiled",)] = cstep
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock)
+    print(f"one step per model, {a.threads} thread(s), {a.clock} time, medians of {a.repeats} interleaved rounds; "
+          f"floor = counted FLOPs at the rate of the step's own matrix products replayed bare")
+    head = f"{'suite':7} {'model':22} {'ms/step':>8} {'GFLOP':>6} {'prod GF/s':>9} {'x floor':>7} {'x softmax':>9}"
+    print(head + ("  compiled: x eager  compile s" if a.compile else ""))
+    base: dict[str, float] = {}
+    for (suite, label), d in info.items():
+        if label in ("softmax", "transformer"):
+            base[suite] = t[(suite, label, "eager")]
+    for (suite, label), d in info.items():
+        step_s = t[(suite, label, "eager")]
+        rate = d["replay_flops"] / t[(suite, label, "products")]
+        floor = d["flops"] / rate
+        rel = f"{step_s / base[suite]:9.2f}" if suite in base else f"{'':>9}"
+        line = (f"{suite:7} {label:22} {step_s * 1e3:8.1f} {d['flops'] / 1e9:6.2f} {rate / 1e9:9.1f} "
+                f"{step_s / floor:7.2f} {rel}")
+        if a.compile:
+            line += f"  {t[(suite, label, 'compiled')] / step_s:17.2f}  {d['compile_s']:10.1f}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
