@@ -165,18 +165,10 @@ class PolaAttention(Attention):
 def _polarity_into(x: torch.Tensor, inv_s: torch.Tensor, p2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``[ReLU(x / s)^p, ReLU(-x / s)^p]`` into ``out [..., 2D]`` without autograd (``p2 = [p, p]``): ``x / s`` and
     ``-x / s`` into the halves, then one power over the whole contiguous buffer as exp(p log max(., 1e-30)),
-    floored like :func:`~attnbench.ops.elementwise.abs_pow`, then every entry at or below the clamp (a negative
-    entry, or a positive one whose power is under ~1e-30) set to exactly 0, ReLU's value. Two transcendentals per
-    output element, but no sign masks: on the CPU the comparisons and the mask products cost more than the log
-    and exp they save. The zeros matter for speed: half of the features are ReLU's zeros, and left at e^-80 ~
-    1.8e-35 their products in the matmuls underflow into subnormals, which the CPU handles in microcode (a
-    third of a recall-tiny PolaFormer training step: ``benchmarks/README.md``)."""
+    floored like :func:`~attnbench.ops.elementwise.abs_pow` (a negative entry gives e^-80 ~ 1.8e-35, not 0). Two
+    transcendentals per output element, but no sign masks: on the CPU the comparisons and the mask products
+    cost more than the log and exp they save."""
     D = x.shape[-1]
     torch.mul(x, inv_s, out=out[..., :D])
     torch.mul(x, inv_s.neg(), out=out[..., D:])
-    out.clamp_min_(1e-30).log_().mul_(p2).clamp_min_(EXP_FLOOR).exp_()
-    return out.masked_fill_(out <= _BELOW_CLAMP, 0.0)
-
-
-# the largest value the clamped entries reach (1e-30 to a power p >= 1, rounded): anything at or below it is 0
-_BELOW_CLAMP = 1.001e-30
+    return out.clamp_min_(1e-30).log_().mul_(p2).clamp_min_(EXP_FLOOR).exp_()
