@@ -1,6 +1,7 @@
 """scripts/gpu_campaign.py, the GPU node's campaign, rehearsed on the CPU: attnbench's own wheel installed offline
 (network cut where `unshare -n` works) into an overlay of this Python, the doctor run through it; nothing of the
-"node" (this environment) changed, its GPU stack never replaced; packed wheels round-trip; bad input is one line and exit 2."""
+"node" (this environment) changed, its GPU stack never replaced; packed wheels round-trip; bad input is one line
+and exit 2."""
 
 from __future__ import annotations
 

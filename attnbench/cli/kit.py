@@ -91,10 +91,9 @@ def _shared_options(suite: str) -> list[tuple[str, Any, Any]]:
         ("threads", Optional[int], typer.Option(None, "--threads", help="torch threads of the run, set once "
                                                 "before any cell and recorded with every result (default: "
                                                 "torch's, i.e. OMP_NUM_THREADS or the cores; 0: the same)")),
-        ("compile", bool, typer.Option(False, "--compile", help="train through torch.compile (the model's forward "
-                                       "and loss; timm's --torchcompile): recorded with every result, not part "
-                                       "of a cell's identity; off by default: on the CPU presets it does not "
-                                       "pay (benchmarks/README.md)")),
+        ("compile", bool, flag(False, "--compile", help="train through torch.compile (the model's forward and "
+                                "loss; timm's --torchcompile): recorded with every result, not part of a cell's "
+                                "identity; off by default: on the CPU presets it does not pay (benchmarks/README.md)")),
         ("plugin", Optional[list[str]], typer.Option(None, "--plugin", metavar="SRC", help="load attention "
                                                      "mechanisms from SRC (a module, a .py file or a folder) "
                                                      "before any --attn is read; repeatable")),
@@ -135,7 +134,8 @@ def run_command(*, suite: str, one_process: Optional[str] = None,
     """Declare a suite's ``run`` command: the decorated function takes its own options plus ``opts`` (a
     :class:`attnbench.engine.context.RunOptions`); the command gets every shared option (``--seed``, ``--seeds``,
     ``--force``, ``--db``, ``--out``, ``--nproc``, ``--shard``, ``--launcher``, ``--jobs``, ``--partition``,
-    ``--gpus-per-job``, ``--job-minutes``, ``--threads``, ``--compile``, ``--plugin``) after its own, from this one declaration.
+    ``--gpus-per-job``, ``--job-minutes``, ``--threads``, ``--compile``, ``--plugin``) after its own, from this one
+    declaration.
     The options are parsed and checked (one-line errors) and ``--plugin`` sources are loaded before the function
     runs, so its specs may name plug-in mechanisms. ``one_process``: why the suite cannot use ``--nproc`` (it is
     then an error above 1); ``no_training``: why ``--compile`` (which compiles what the trainer trains) does not
