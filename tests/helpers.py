@@ -32,3 +32,33 @@ def assert_within_policy(fast: torch.Tensor, ref_low: torch.Tensor, ref64: torch
     """Low precision: error(fast) <= MULTIPLE * error(reference in the same precision) + floor (fast's dtype)."""
     a = compare(fast, ref_low, ref64, names=[what], dtype=fast.dtype)
     assert a.ok, f"{what}: fast-form {a.describe()}"
+
+
+SMALL_DOCTOR_PRESET = """\
+name = "small"
+check_dtypes = ["float32"]
+check_lengths = [5]
+gate_len = 17
+batch = 1
+heads = 1
+head_dim = 8
+delta_heads = 1
+delta_head_dim = 8
+dtype = "fp32"
+lengths = ["32", "64"]
+modes = ["fwd", "fwd+bwd"]
+
+[timing]
+warmup_ms = 1.0
+rep_ms = 3.0
+"""
+
+
+def small_doctor_preset(folder) -> str:
+    """The doctor's cpu preset cut to seconds (lengths 32 and 64, a short gate, short timing windows), written into
+    ``folder``; its path."""
+    from pathlib import Path
+
+    path = Path(folder) / "small.toml"
+    path.write_text(SMALL_DOCTOR_PRESET)
+    return str(path)

@@ -14,6 +14,8 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.ops.delta import fla_gated_backward_refusal
 from attnbench.results.store import Store
 
+from .helpers import small_doctor_preset
+
 PLANTED = textwrap.dedent("""\
     import torch
     from attnbench import register_attention
@@ -42,27 +44,7 @@ def doctor(*args: str):
 
 @pytest.fixture
 def small(tmp_path):
-    """The cpu preset cut to seconds: one short length, a short gate, short timing windows."""
-    path = tmp_path / "small.toml"
-    path.write_text(textwrap.dedent("""\
-        name = "small"
-        check_dtypes = ["float32"]
-        check_lengths = [5]
-        gate_len = 17
-        batch = 1
-        heads = 1
-        head_dim = 8
-        delta_heads = 1
-        delta_head_dim = 8
-        dtype = "fp32"
-        lengths = ["32", "64"]
-        modes = ["fwd", "fwd+bwd"]
-
-        [timing]
-        warmup_ms = 1.0
-        rep_ms = 3.0
-        """))
-    return str(path)
+    return small_doctor_preset(tmp_path)
 
 
 def test_the_plan_lists_every_step_and_the_gpu_ones_are_skipped_with_the_reason():

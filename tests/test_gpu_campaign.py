@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import small_doctor_preset
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_campaign.py"
 
@@ -116,38 +118,14 @@ def offline() -> tuple[str, ...]:
     return ()
 
 
-# the doctor's cpu preset cut to seconds (its full run through the campaign: results/gpu/README.md)
-SMALL = """\
-name = "small"
-check_dtypes = ["float32"]
-check_lengths = [5]
-gate_len = 17
-batch = 1
-heads = 1
-head_dim = 8
-delta_heads = 1
-delta_head_dim = 8
-dtype = "fp32"
-lengths = ["32"]
-modes = ["fwd", "fwd+bwd"]
-compile = []
-smokes = []
-
-[timing]
-warmup_ms = 1.0
-rep_ms = 3.0
-"""
-
-
 def test_campaign_installs_offline_and_runs_the_doctor(own_wheel, tmp_path):
     """The whole campaign on the CPU: the overlay imports the carried attnbench, the doctor's records come back as
     jsonl, and the node's packages are what they were."""
     out, env = tmp_path / "out", tmp_path / "env"
-    (tmp_path / "small.toml").write_text(SMALL)
     before = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True,
                             text=True).stdout
     r = run_script("run", "--wheels", str(own_wheel), "--out", str(out), "--env", str(env),
-                   "--budget", "2", "--", "--preset", str(tmp_path / "small.toml"), "--attn", "linear",
+                   "--budget", "2", "--", "--preset", small_doctor_preset(tmp_path), "--attn", "linear",
                    prefix=offline())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     log = (out / "campaign.log").read_text()
