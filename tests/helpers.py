@@ -62,3 +62,17 @@ def small_doctor_preset(folder) -> str:
     path = Path(folder) / "small.toml"
     path.write_text(SMALL_DOCTOR_PRESET)
     return str(path)
+
+
+def load_file(name: str, path):
+    """The module in the file ``path`` (a script or another project's reference, not on ``sys.path``), imported once
+    under ``name``."""
+    import importlib.util
+    import sys
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]

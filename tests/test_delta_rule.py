@@ -20,7 +20,7 @@ from attnbench.ops.delta import (
 )
 from attnbench.core.protocol import ShapeError, UnknownNameError, UnsupportedError
 
-from .helpers import assert_matches_fp64, assert_within_policy, max_err, scale_of
+from .helpers import assert_matches_fp64, assert_within_policy, load_file, max_err, scale_of
 
 
 def make(B=2, H=2, N=45, Dk=8, Dv=5, *, gate=False, state=False, dtype=torch.float64, grad=False):
@@ -191,13 +191,7 @@ def fla_naive(sub: str):
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("flash-linear-attention is not installed")
     path = Path(next(iter(spec.submodule_search_locations))) / "ops" / sub / "naive.py"
-    name = f"_attnbench_test_fla_{sub}_naive"
-    if name not in sys.modules:
-        file_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(file_spec)
-        file_spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name]
+    return load_file(f"_attnbench_test_fla_{sub}_naive", path)
 
 
 def _close(a, b, what):

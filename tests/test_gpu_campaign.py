@@ -5,7 +5,6 @@ and exit 2."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -15,20 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import small_doctor_preset
+from .helpers import load_file, small_doctor_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_campaign.py"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_campaign", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-campaign = load_script()
+campaign = load_file("gpu_campaign", SCRIPT)
 
 
 def fake_wheel(folder: Path, name: str, version: str, files: dict[str, bytes] | None = None) -> Path:

@@ -363,13 +363,11 @@ def test_an_unwritable_store_path_fails_before_any_work(tmp_path):
 def test_many_processes_on_one_store_run_every_cell_once(tmp_path):
     """benchmarks/store_stress.py small: processes sweeping the same short cells on one store (as N copies of one
     run command on a GPU node) record every cell once, run none twice and never fail on a locked database."""
-    import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "store_stress.py"
-    spec = importlib.util.spec_from_file_location("store_stress", path)
-    stress = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stress)
+    from .helpers import load_file
+
+    stress = load_file("store_stress", Path(__file__).resolve().parents[1] / "benchmarks" / "store_stress.py")
     r = stress.stress(3, 30, tmp_path / "s.db", cell_ms=(1, 3), timeout=300)
     assert stress.failures(r) == [], r
     assert sum(r["cells_per_process"]) == 30
