@@ -119,6 +119,28 @@ def test_rotary_is_flas_reference():
     close(rotary(x, 4, 10000.0), ref, "rotary at positions 4..14")
 
 
+def test_rotary_tables_are_kept_and_give_the_same_bits_as_building_them():
+    """The cos / sin tables are built once per (positions, width, dtype) and kept: the rotation is the one of
+    tables built in the call, to the bit, at every start and length; the cache stays bounded while decoding."""
+    from attnbench.models import mixers
+
+    def built(x, start, theta):
+        d = x.shape[-1]
+        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        freqs = torch.outer(torch.arange(start, start + x.shape[-2], dtype=torch.float64), inv)
+        cos, sin = (torch.cat([f, f], dim=-1).to(x.dtype) for f in (freqs.cos(), freqs.sin()))
+        return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1) * sin
+
+    for dtype in (torch.float32, torch.float64):
+        for start, T in ((0, 64), (0, 7), (5, 1), (61, 3)):
+            x = torch.randn(2, 3, T, 16, dtype=dtype)
+            assert torch.equal(rotary(x, start, 10000.0), built(x, start, 10000.0)), (dtype, start, T)
+            assert torch.equal(rotary(x, start, 10000.0), built(x, start, 10000.0)), "from the kept table"
+    for start in range(600):
+        rotary(torch.randn(1, 1, 1, 8), start, 10000.0)
+    assert len(mixers._ROTARY_TABLES) <= 256
+
+
 def test_the_340m_rows_count_as_flas_models():
     """Every row of the 340m preset, built on the meta device, has the parameters of FLA's model of the same
     config (flame's transformer_340M and gla_340M; FLA's RetNet and Mamba configs at width 1024)."""

@@ -286,6 +286,28 @@ def _small(tmp_path, lrs="[1e-3, 3e-2]"):
     return str(p)
 
 
+def test_the_loss_over_the_asked_rows_has_cross_entropy_with_ignore_indexs_gradient_to_the_bit():
+    """masked_loss takes the asked rows before the log-softmax: the logits' gradient to the bit, and the loss to
+    float32 rounding, of ``cross_entropy(..., ignore_index)`` over every position (what the committed records
+    were trained with), so training follows the same weights step by step."""
+    import torch.nn.functional as F
+
+    from attnbench.suites.recall.train import masked_loss
+
+    g = torch.Generator().manual_seed(0)
+    for B, T, V, p in ((32, 64, 256, 0.25), (3, 17, 11, 0.6), (2, 5, 7, 1.0)):
+        logits = torch.randn(B, T, V, generator=g) * 3
+        y = torch.randint(0, V, (B, T), generator=g)
+        y[torch.rand(B, T, generator=g) >= p] = IGNORE
+        a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        mine = masked_loss(a, y)
+        ref = F.cross_entropy(b.reshape(-1, V), y.reshape(-1), ignore_index=IGNORE)
+        mine.backward()
+        ref.backward()
+        assert torch.equal(a.grad, b.grad), (B, T, V)
+        assert abs(mine.item() - ref.item()) <= 4 * torch.finfo(torch.float32).eps * abs(ref.item()), (B, T, V)
+
+
 def test_a_run_records_each_rate_and_the_table_shows_each_mixers_best(tmp_path):
     from attnbench.results.store import Store
     from attnbench.suites.recall.leaderboard import measured_tables, plot_recall

@@ -42,6 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from attnbench.core.errors import AttnbenchError, is_oom
 from attnbench.engine.argv import strip_options
 from attnbench.engine.interrupts import sigterm_as_interrupt
+from attnbench.measure.peak import keep_freed_memory
 from attnbench.results import provenance
 from attnbench.results.store import Store
 
@@ -268,6 +269,7 @@ def run_sweep(cells: Sequence[Cell], run_cell: Callable[[Cell, CellContext], Cel
         import torch
 
         torch.set_num_threads(threads)
+    keep_freed_memory()
     main = dist is None or dist.main
     bcast = (lambda x: x) if dist is None else dist.broadcast
     planned = len(cells)

@@ -75,14 +75,33 @@ class ShortConv(nn.Module):
         return (F.silu(y) if self.activation else y), xp[:, xp.shape[1] - (K - 1):]
 
 
+@torch.compiler.assume_constant_result
+def _rotary_table(start: int, T: int, d: int, theta: float, dtype: torch.dtype, device: torch.device):
+    """``(cos, sin)`` of :func:`rotary` for positions ``start .. start + T - 1``, each ``[T, d]``: built once per
+    shape and kept (a step used to rebuild them for every q and k; under ``torch.compile`` the table was fused
+    into the rotation and its cos and sin computed per element of ``[B, H, T, d]``, a third of the compiled
+    step). A constant to the compiler: the same table for the same arguments."""
+    key = (start, T, d, theta, dtype, device)
+    table = _ROTARY_TABLES.get(key)
+    if table is None:
+        inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
+        pos = torch.arange(start, start + T, dtype=torch.float64, device=device)
+        freqs = torch.outer(pos, inv_freq)                                    # [T, d/2]
+        table = tuple(torch.cat([f, f], dim=-1).to(dtype) for f in (freqs.cos(), freqs.sin()))
+        if len(_ROTARY_TABLES) >= 256:                                        # decoding walks start: bound it
+            _ROTARY_TABLES.clear()
+        _ROTARY_TABLES[key] = table
+    return table
+
+
+_ROTARY_TABLES: dict = {}
+
+
 def rotary(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
     """Rotary position embedding, rotate-half (GPT-NeoX) layout, of ``x [B, H, T, d]`` at positions
     ``start .. start + T - 1`` (Su et al., "RoFormer", Eq. 34; FLA's ``rotary_embedding_ref``)."""
     d = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
-    pos = torch.arange(start, start + x.shape[-2], dtype=torch.float64, device=x.device)
-    freqs = torch.outer(pos, inv_freq)                                        # [T, d/2]
-    cos, sin = (torch.cat([f, f], dim=-1).to(x.dtype) for f in (freqs.cos(), freqs.sin()))
+    cos, sin = _rotary_table(start, x.shape[-2], d, theta, x.dtype, x.device)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
