@@ -139,6 +139,9 @@ def test_rotary_tables_are_kept_and_give_the_same_bits_as_building_them():
     for start in range(600):
         rotary(torch.randn(1, 1, 1, 8), start, 10000.0)
     assert len(mixers._ROTARY_TABLES) <= 256
+    # the tables are a constant to torch.compile: the mark set without importing dynamo is torch's own
+    marked = torch.compiler.assume_constant_result(lambda: None)
+    assert {k for k in vars(marked)} == {k for k in vars(mixers._rotary_table) if k.startswith("_dynamo")}
 
 
 def test_the_340m_rows_count_as_flas_models():

@@ -75,7 +75,14 @@ class ShortConv(nn.Module):
         return (F.silu(y) if self.activation else y), xp[:, xp.shape[1] - (K - 1):]
 
 
-@torch.compiler.assume_constant_result
+def _constant_to_the_compiler(fn):
+    """``torch.compiler.assume_constant_result``'s mark, set without it: that call imports torch._dynamo, seconds
+    at every start of a process that never compiles (tests/test_lm_mixers.py checks the mark is torch's)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_to_the_compiler
 def _rotary_table(start: int, T: int, d: int, theta: float, dtype: torch.dtype, device: torch.device):
     """``(cos, sin)`` of :func:`rotary` for positions ``start .. start + T - 1``, each ``[T, d]``: built once per
     shape and kept (a step used to rebuild them for every q and k; under ``torch.compile`` the table was fused

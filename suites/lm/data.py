@@ -22,6 +22,7 @@ tokens at stride ``seq_len`` (every token is a target once per epoch).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import hashlib
 import json
@@ -118,9 +119,16 @@ def _split_of(key: str, cfg: DataConfig) -> str:
     return "test" if u < cfg.test_fraction else "val" if u < cfg.test_fraction + cfg.val_fraction else "train"
 
 
+@functools.lru_cache(maxsize=1)
 def stdlib_files() -> tuple[Path, list[Path]]:
+    """The standard library's ``*.py`` files, sorted; the installed packages under it (site-packages,
+    dist-packages) are not walked at all (walking them and dropping their files took seconds a call)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("site-packages", "dist-packages")]
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    files.sort()
     if not files:
         raise DataError(f"no *.py files under the standard library path {root}; use --data with local text files")
     return root, files
