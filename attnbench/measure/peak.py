@@ -25,10 +25,10 @@ def keep_freed_memory() -> None:
     """Let glibc's malloc keep up to 64 MiB of freed memory in the process (no-op elsewhere). A training step
     frees and makes again the same tensors every step; by default glibc maps blocks over its dynamic threshold
     (from 128 KiB) afresh and gives a freed heap top back to the kernel, so the next step page-faults them in
-    again: ~900 faults and ~5% of a recall-tiny step on the CPU (benchmarks/README.md). Blocks under 32 MiB now
-    come from the heap and up to 64 MiB of free heap top is kept. Changes no number a step computes (torch
-    aligns every block the same way); :class:`PeakMeter` trims before its baseline, so a peak stays the memory
-    the run itself added."""
+    again: 700-1,800 faults and 2-5% of a recall-tiny step on the CPU (benchmarks/README.md). Blocks under
+    32 MiB now come from the heap and up to 64 MiB of free heap top is kept. Changes no number a step computes
+    (torch aligns every block the same way); :class:`PeakMeter` trims before its baseline, so a peak stays the
+    memory the run itself added."""
     try:
         import ctypes
 

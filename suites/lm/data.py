@@ -120,7 +120,7 @@ def _split_of(key: str, cfg: DataConfig) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def stdlib_files() -> tuple[Path, list[Path]]:
+def stdlib_files() -> tuple[Path, tuple[Path, ...]]:
     """The standard library's ``*.py`` files, sorted; the installed packages under it (site-packages,
     dist-packages) are not walked at all (walking them and dropping their files took seconds a call)."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -131,7 +131,7 @@ def stdlib_files() -> tuple[Path, list[Path]]:
     files.sort()
     if not files:
         raise DataError(f"no *.py files under the standard library path {root}; use --data with local text files")
-    return root, files
+    return root, tuple(files)
 
 
 def _documents(cfg: DataConfig) -> Iterator[tuple[str, str]]:
