@@ -6,14 +6,22 @@ from __future__ import annotations
 from typing import Optional
 
 
-def malloc_trim() -> None:
-    """glibc ``malloc_trim(0)``: hand freed heap back to the OS, so a baseline is what is live (no-op elsewhere)."""
+def _glibc():
+    """glibc, or None where the C library is another (the malloc calls below are then no-ops)."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
+def malloc_trim() -> None:
+    """glibc ``malloc_trim(0)``: hand freed heap back to the OS, so a baseline is what is live (no-op elsewhere)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 # glibc's mallopt parameters (malloc.h)
@@ -29,14 +37,10 @@ def keep_freed_memory() -> None:
     32 MiB now come from the heap and up to 64 MiB of free heap top is kept. Changes no number a step computes
     (torch aligns every block the same way); :class:`PeakMeter` trims before its baseline, so a peak stays the
     memory the run itself added."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
+    libc = _glibc()
+    if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES // 2)
         libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
-    except (OSError, AttributeError):
-        pass
 
 
 class PeakMeter:

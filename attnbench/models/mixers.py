@@ -101,7 +101,7 @@ def _rotary_table(start: int, T: int, d: int, theta: float, dtype: torch.dtype, 
     return table
 
 
-_ROTARY_TABLES: dict = {}
+_ROTARY_TABLES: dict = {}   # by hand, not functools.lru_cache: torch.compile looks through its wrapper, past the mark
 
 
 def rotary(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
