@@ -261,14 +261,14 @@ def test_two_gloo_processes_match_one(tmp_path, small_preset, work):
         assert a in text, a
         text = text.replace(a, b)
     toml.write_text(text)
+    # the one-process run here (a process start less), then torchrun's; one corpus cache for both
+    one = run_lm(variants=parse_variants("deltanet"), preset=load_preset(toml), db=str(tmp_path / "one.db"),
+                 out=str(work / "dist"), console=QUIET, progress=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    base = [sys.executable, "-m", "attnbench.cli.main", "run", "lm", "--attn", "deltanet", "--preset", str(toml),
-            "--out", str(work / "dist")]   # one corpus cache for both
-    one = subprocess.run(base + ["--db", str(tmp_path / "one.db")], env=env, capture_output=True, text=True,
-                         timeout=600)
-    two = subprocess.run(base + ["--db", str(tmp_path / "two.db"), "--nproc", "2"], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert one.returncode == 0 and two.returncode == 0, one.stdout[-2000:] + two.stdout[-3000:] + two.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "lm", "--attn", "deltanet", "--preset",
+                          str(toml), "--out", str(work / "dist"), "--db", str(tmp_path / "two.db"), "--nproc", "2"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.exit_code() == 0 and two.returncode == 0, one.line() + two.stdout[-3000:] + two.stderr[-3000:]
     (a,), (b,) = records(tmp_path / "one.db"), records(tmp_path / "two.db")
     assert b.metrics["world_size"] == 2 and a.config_hash == b.config_hash
     assert b.metrics["best_step"] == a.metrics["best_step"]

@@ -35,6 +35,16 @@ def toy(tmp_path, name, *args, check=True):
     return proc, rows
 
 
+def toy_here(tmp_path, name, capsys, *args):
+    """The toy suite in this process (a process start less): for the runs that are not killed, signalled or
+    launched by torchrun."""
+    capsys.readouterr()
+    code = toy_train.main(["--db", str(tmp_path / f"{name}.db"), "--work", str(tmp_path / name), *args])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
 def runs(db):
     with Store(db) as s:
         return s.runs()
@@ -46,8 +56,8 @@ def measurements(db, suite="toy"):
 
 
 # --- kill, SIGTERM, resume ------------------------------------------------------------------------------------
-def test_sigkill_then_resume_ends_bit_identical_and_the_dead_run_is_not_left_running(tmp_path):
-    _, (ref,) = toy(tmp_path, "ref")
+def test_sigkill_then_resume_ends_bit_identical_and_the_dead_run_is_not_left_running(tmp_path, capsys):
+    (ref,) = toy_here(tmp_path, "ref", capsys)
     proc, rows = toy(tmp_path, "k", "--kill-at", "7", check=False)
     assert proc.returncode == -9 and rows == []
     assert [r["status"] for r in runs(tmp_path / "k.db")] == ["running"]  # what a SIGKILL leaves behind
@@ -215,8 +225,8 @@ def _torchrun(tmp_path, name, *args):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
-def test_ddp_on_two_gloo_processes_matches_one_process_at_the_same_global_batch(tmp_path):
-    _, (one,) = toy(tmp_path, "one", "--dropout", "0")
+def test_ddp_on_two_gloo_processes_matches_one_process_at_the_same_global_batch(tmp_path, capsys):
+    (one,) = toy_here(tmp_path, "one", capsys, "--dropout", "0")
     (two,) = _torchrun(tmp_path, "two", "--dropout", "0")
     assert two["world"] == 2
     assert two["best_val_metric"] == one["best_val_metric"] and two["best_step"] == one["best_step"]
@@ -224,8 +234,8 @@ def test_ddp_on_two_gloo_processes_matches_one_process_at_the_same_global_batch(
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
-def test_fsdp2_trains_and_checkpoints_on_two_gloo_processes(tmp_path):
-    _, (one,) = toy(tmp_path, "one", "--dropout", "0")
+def test_fsdp2_trains_and_checkpoints_on_two_gloo_processes(tmp_path, capsys):
+    (one,) = toy_here(tmp_path, "one", capsys, "--dropout", "0")
     (two,) = _torchrun(tmp_path, "fsdp", "--dropout", "0", "--strategy", "fsdp")
     assert two["world"] == 2 and two["steps_run"] == 12
     assert two["final_train_loss"] == pytest.approx(one["final_train_loss"], rel=1e-4)
@@ -246,9 +256,9 @@ def test_shards_cover_every_cell_exactly_once():
             parse_shard(bad)
 
 
-def test_shard_runs_through_the_toy_suite(tmp_path):
-    _, a = toy(tmp_path, "s", "--cells", "4", "--shard", "1/2", "--steps", "3")
-    _, b = toy(tmp_path, "s", "--cells", "4", "--shard", "2/2", "--steps", "3")
+def test_shard_runs_through_the_toy_suite(tmp_path, capsys):
+    a = toy_here(tmp_path, "s", capsys, "--cells", "4", "--shard", "1/2", "--steps", "3")
+    b = toy_here(tmp_path, "s", capsys, "--cells", "4", "--shard", "2/2", "--steps", "3")
     assert sorted(r["cell"] for r in a + b) == ["mlp0", "mlp1", "mlp2", "mlp3"]
 
 

@@ -78,17 +78,18 @@ def test_a_softmax_checkpoint_round_trips_and_loads_into_a_linear_vit(tmp_path):
 
 # --- the suite ------------------------------------------------------------------------------------------------
 def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
-    """The README's vision command on its offline default: softmax well above chance (>= 80% top-1). The preset is
-    tiny's own file with its resolution sweep cut to 32 and 64 pixels (the sweep runs after training, and its 128 and
-    256 add about 20 s on one core to what 32 and 64 already exercise) and 450 of its 600 steps (warm-up scaled
-    alike): enough to clear 80% by several points, a quarter less time."""
+    """The README's vision command on its offline default learns: softmax well above chance (>= 55% top-1, where
+    chance is 10% and the majority class under 15%). The preset is tiny's own file with its resolution sweep cut to
+    32 and 64 pixels (the sweep runs after training, and its 128 and 256 add about 20 s on one core to what 32 and
+    64 already exercise) and 250 of its 600 steps (warm-up scaled alike): 66% test top-1 on the Xeon, 58% at 200
+    steps, 75% at 300, so the bar leaves ten points for another CPU's rounding at less than half the full run."""
     from importlib import resources
 
     text = (resources.files("attnbench.suites.vision") / "presets" / "tiny.toml").read_text()
     assert "resolutions = [32, 64, 128, 256]" in text
     assert "steps = 600" in text and "warmup = 60" in text
     text = text.replace("resolutions = [32, 64, 128, 256]", "resolutions = [32, 64]")
-    (tmp_path / "tiny.toml").write_text(text.replace("steps = 600", "steps = 450").replace("warmup = 60", "warmup = 45"))
+    (tmp_path / "tiny.toml").write_text(text.replace("steps = 600", "steps = 250").replace("warmup = 60", "warmup = 25"))
     env = {**os.environ, "COLUMNS": "200"}
     p = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "softmax", "--preset",
                         str(tmp_path / "tiny.toml"), "--db", str(tmp_path / "v.db"), "--out", str(tmp_path / "w")],
@@ -96,7 +97,7 @@ def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (m,) = records(tmp_path / "v.db")
     assert m.status == "ok" and m.setting == "vision/tiny" and m.task == "digits"
-    assert m.metrics["test_top1"] >= 0.80, m.metrics["test_top1"]
+    assert m.metrics["test_top1"] >= 0.55, m.metrics["test_top1"]
     assert m.metrics["majority_test_acc"] < 0.15 and "sklearn digits" in m.metrics["data"]
     for key in ("flops_per_image", "n_params", "train_images_per_s", "infer_images_per_s", "wall_s"):
         assert m.metrics[key] > 0, key
@@ -138,13 +139,14 @@ def test_two_gloo_processes_match_one(tmp_path):
     toml.write_text(text.replace("steps = 600", "steps = 8").replace("warmup = 60", "warmup = 2")
                     .replace("eval_every = 100", "eval_every = 4")
                     .replace("resolutions = [32, 64, 128, 256]", "resolutions = [32, 64]"))
+    # the one-process run here (a process start less; the CLI's own path is the tiny-preset test's), then torchrun's
+    one = run_vision(attentions=["linear"], preset=load_preset(toml), db=str(tmp_path / "one.db"),
+                     out=str(tmp_path / "one"), console=QUIET, progress=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    base = [sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "linear", "--preset", str(toml)]
-    one = subprocess.run(base + ["--db", str(tmp_path / "one.db"), "--out", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True, timeout=600)
-    two = subprocess.run(base + ["--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"],
+    two = subprocess.run([sys.executable, "-m", "attnbench.cli.main", "run", "vision", "--attn", "linear", "--preset",
+                          str(toml), "--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"],
                          env=env, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0 and two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    assert one.exit_code() == 0 and two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
     (a,), (b,) = records(tmp_path / "one.db"), records(tmp_path / "two.db")
     assert b.metrics["world_size"] == 2 and a.config_hash == b.config_hash
     assert b.metrics["best_step"] == a.metrics["best_step"]

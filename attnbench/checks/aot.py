@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import os
 import re
@@ -293,14 +294,15 @@ def _laplace_calls(quick: bool) -> Iterator[tuple[str, str, Callable]]:
             yield dname, f"m={m}", ns
 
 
-def _own_launches(quick: bool) -> list[_Launch]:
+@functools.lru_cache(maxsize=None)   # the same launches for every arch: captured once per process
+def _own_launches(quick: bool) -> tuple[_Launch, ...]:
     launches = []
     for group, calls in (("linear_attn", _linear_calls), ("nala", _nala_calls), ("laplace", _laplace_calls)):
         for dname, where, call in calls(quick):
             with _intercept() as got:
                 call()
             launches += [_Launch(group, f"{dname} {where}", obj, a, kw) for obj, a, kw in got]
-    return launches
+    return tuple(launches)
 
 
 # ----------------------------------------------------------------------------------------------- FLA
@@ -507,7 +509,7 @@ def check(arch: int = 80, quick: bool = False, fla: bool = True, only: str = "",
     target = GPUTarget("cuda", int(arch), 32)
     backend = make_backend(target)
     limit = smem_limit(arch)
-    launches = _own_launches(quick)
+    launches = list(_own_launches(quick))
     refused: list[str] = []
     if fla:
         fl, refused = _fla_launches(arch, quick)
