@@ -49,24 +49,6 @@ FIRST = ("tests/test_vision_run.py::test_the_tiny_preset_learns_the_digits_throu
 @pytest.fixture
 def fresh(monkeypatch):
     """The registry and the plug-in state as they are now, restored after the test; ATTNBENCH_PLUGINS unset."""
-    from attnbench.api import plugins, registry
+    from .helpers import isolate_plugins
 
-    registry._ensure_loaded()
-    monkeypatch.setattr(registry, "_ATTENTIONS", dict(registry._ATTENTIONS))
-    monkeypatch.setattr(registry, "_FEATURE_MAPS", dict(registry._FEATURE_MAPS))
-    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
-    for name in ("_BY_MODULE", "_REGISTERED"):   # the registry's bookkeeping of where each class came from
-        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
-    monkeypatch.setattr(registry, "_LOADING", [])
-    monkeypatch.setattr(plugins, "_ENTRY_POINTS_DONE", True)
-    monkeypatch.setenv(plugins.ENV, "")
-    monkeypatch.setattr(plugins, "_ENV_DONE", "")
-    monkeypatch.delenv(plugins.TRACEBACK_ENV, raising=False)
-    return monkeypatch
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
-
-    items.sort(key=rank)  # stable: every other test keeps its order
+    return isolate_plugins(monkeypatch)

@@ -210,10 +210,14 @@ def test_workers_share_one_store_and_run_each_cell_once(tmp_path, preset):
 
 
 def test_a_run_with_nothing_to_run_exits_non_zero_and_says_why(tmp_path, preset):
-    p = _cli("run", "lra", "--attn", "softmax", "--tasks", "text", "--preset", str(preset), "--db",
-             str(tmp_path / "x.db"), "--out", str(tmp_path / "w"), cwd=tmp_path)
-    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "skipped, no data" in p.stdout and "1 skipped" in p.stdout
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
+    p = CliRunner().invoke(app, ["run", "lra", "--attn", "softmax", "--tasks", "text", "--preset", str(preset),
+                                 "--db", str(tmp_path / "x.db"), "--out", str(tmp_path / "w")], env={"COLUMNS": "200"})
+    assert p.exit_code == 1, p.output[-3000:]
+    assert "skipped, no data" in p.output and "1 skipped" in p.output
 
 
 class _Killed(BaseException):

@@ -251,10 +251,17 @@ def test_check_catches_a_fast_form_that_disagrees_with_its_reference(fresh, tmp_
     assert good.exit_code == 0 and '"my_window"' in good.output and str(EXAMPLE) in good.output
 
 
-def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path):
+def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path, monkeypatch):
     """``attnbench check --plugin`` on the example itself exits 0 (both mechanisms, the map's own clause too); three
     planted copies exit 1 naming the broken clause: a fast form that ignores its ``window`` option, one that is
-    wrong only under no_grad, and a feature map whose fast ``phi`` is not its reference."""
+    wrong only under no_grad, and a feature map whose fast ``phi`` is not its reference. The example runs in a
+    process of its own; the planted copies in this one (a process start less each), each plug-in gone after it."""
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
+    from .helpers import isolate_plugins
+
     src = EXAMPLE.read_text()
     ok = _cli(["check", "--plugin", str(EXAMPLE), "--attn", "my_window,my_softplus", "--format", "md"], cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
@@ -273,9 +280,12 @@ def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path):
     for what, (text, name, clause, detail) in planted.items():
         assert text != src, what  # the planting found its line
         bad = write(tmp_path / f"planted_{what}.py", text)
-        run = _cli(["check", "--plugin", str(bad), "--attn", name, "--format", "md"], cwd=tmp_path)
-        fails = [ln for ln in run.stdout.splitlines() if ln.startswith(f"FAIL {name}")]
-        assert run.returncode == 1 and any(clause in ln and detail in ln for ln in fails), (what, run.stdout[-3000:])
+        with monkeypatch.context() as mp:
+            isolate_plugins(mp)
+            run = CliRunner().invoke(app, ["check", "--plugin", str(bad), "--attn", name, "--format", "md"],
+                                     env={"COLUMNS": "200"})
+        fails = [ln for ln in run.output.splitlines() if ln.startswith(f"FAIL {name}")]
+        assert run.exit_code == 1 and any(clause in ln and detail in ln for ln in fails), (what, run.output[-3000:])
 
 
 # --- every process of a run loads the plug-in -------------------------------------------------------------------------

@@ -167,7 +167,11 @@ def _cli(*args, cwd):
                           text=True, timeout=300)
 
 
-def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_finds_its_cell(tmp_path):
+def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_finds_its_cell(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
     (tmp_path / "toy.toml").write_text(TOY)
     db = str(tmp_path / "s.db")
     p = _cli("run", "lra", "--attn", "nala", "--preset", "toy.toml", "--seeds", "0,1,2", "--db", db, "--out",
@@ -187,9 +191,11 @@ def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_find
     (cmd,) = [ln.strip() for ln in p.stdout.splitlines() if ln.strip().startswith("attnbench run") and
               ln.strip().endswith("--seed 1")]
     assert "--attn nala" in cmd and "--tasks listops" in cmd and "--preset toy.toml" in cmd and "--seeds" not in cmd
-    again = _cli(*cmd.split()[1:], cwd=tmp_path)  # the shown command, run again: its cell is already there
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert "1 cell(s) already finished" in again.stdout and "1 finished earlier" in again.stdout
+    # the shown command, run again (in this process: a process start less): its cell is already there
+    monkeypatch.chdir(tmp_path)
+    again = CliRunner().invoke(app, cmd.split()[1:], env={"COLUMNS": "250"})
+    assert again.exit_code == 0, again.output[-3000:]
+    assert "1 cell(s) already finished" in again.output and "1 finished earlier" in again.output
     with Store(db) as s:
         assert len(s.measurements(suite="lra")) == 3
 
