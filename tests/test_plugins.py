@@ -403,7 +403,8 @@ def test_lra_under_torchrun_two_processes_puts_the_plugin_in_the_table(outside, 
 
 
 # (suite, its arguments, the table setting, rows): each suite's tiny preset through its real pipeline (--smoke),
-# the plug-in beside a built-in; one process (the --nproc and submitit runs are the LRA and scaling tests)
+# the plug-in beside a built-in; run in this process, the plug-in gone after it, and the table read by a process of
+# its own (the --nproc and submitit runs, processes of their own, are the LRA and scaling tests)
 SUITE_RUNS = [
     ("lra", ["--attn", "softmax,my_window", "--tasks", "listops"], "lra/tiny-smoke", ["softmax", "my_window"]),
     ("vision", ["--attn", "softmax,my_softplus"], "vision/tiny-smoke", ["softmax", "my_softplus"]),
@@ -413,9 +414,19 @@ SUITE_RUNS = [
 
 
 @pytest.mark.parametrize("suite,args,setting,rows", SUITE_RUNS, ids=[r[0] for r in SUITE_RUNS])
-def test_each_suite_puts_the_plugin_in_its_table(outside, tmp_path, suite, args, setting, rows):
-    run = _cli(["run", suite, "--plugin", str(outside), *args, "--smoke", "--db", "s.db"], cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+def test_each_suite_puts_the_plugin_in_its_table(outside, tmp_path, monkeypatch, suite, args, setting, rows):
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
+    from .helpers import isolate_plugins
+
+    with monkeypatch.context() as mp:
+        isolate_plugins(mp)
+        mp.chdir(tmp_path)
+        run = CliRunner().invoke(app, ["run", suite, "--plugin", str(outside), *args, "--smoke", "--db", "s.db"],
+                                 env={"COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+    assert run.exit_code == 0, run.output[-3000:]
     plugged = [r for r in _records(tmp_path / "s.db") if "my_" in r[0]]  # the smoke's planned stop is a record too
     assert any(r[1] == "ok" for r in plugged) and all(f"plugin:{outside}" in r[3] for r in plugged)
     in_table(suite, "s.db", setting, rows, cwd=tmp_path)
