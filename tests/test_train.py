@@ -36,8 +36,8 @@ def toy(tmp_path, name, *args, check=True):
 
 
 def toy_here(tmp_path, name, capsys, *args):
-    """The toy suite in this process (a process start less): for the runs that are not killed, signalled or
-    launched by torchrun."""
+    """The toy suite in this process (a process start less): for the runs that are not killed, signalled, launched
+    by torchrun or compared to the bit with a run in a process of its own."""
     capsys.readouterr()
     code = toy_train.main(["--db", str(tmp_path / f"{name}.db"), "--work", str(tmp_path / name), *args])
     out = capsys.readouterr().out
@@ -56,8 +56,8 @@ def measurements(db, suite="toy"):
 
 
 # --- kill, SIGTERM, resume ------------------------------------------------------------------------------------
-def test_sigkill_then_resume_ends_bit_identical_and_the_dead_run_is_not_left_running(tmp_path, capsys):
-    (ref,) = toy_here(tmp_path, "ref", capsys)
+def test_sigkill_then_resume_ends_bit_identical_and_the_dead_run_is_not_left_running(tmp_path):
+    _, (ref,) = toy(tmp_path, "ref")   # a process like the resumed one: bits compared like with like
     proc, rows = toy(tmp_path, "k", "--kill-at", "7", check=False)
     assert proc.returncode == -9 and rows == []
     assert [r["status"] for r in runs(tmp_path / "k.db")] == ["running"]  # what a SIGKILL leaves behind

@@ -85,16 +85,16 @@ def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
     steps, 75% at 300, so the bar leaves ten points for another CPU's rounding at less than half the full run."""
     from importlib import resources
 
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
     text = (resources.files("attnbench.suites.vision") / "presets" / "tiny.toml").read_text()
     assert "resolutions = [32, 64, 128, 256]" in text
     assert "steps = 600" in text and "warmup = 60" in text
     text = text.replace("resolutions = [32, 64, 128, 256]", "resolutions = [32, 64]")
     (tmp_path / "tiny.toml").write_text(text.replace("steps = 600", "steps = 250").replace("warmup = 60", "warmup = 25"))
-    from typer.testing import CliRunner
-
-    from attnbench.cli.main import app
-
-    # the command in this process (the same app as `attnbench`; the entry point's own process is tested elsewhere)
+    # the command in this process: the same app as `attnbench` (its own process runs in the gloo test below)
     p = CliRunner().invoke(app, ["run", "vision", "--attn", "softmax", "--preset", str(tmp_path / "tiny.toml"), "--db",
                                  str(tmp_path / "v.db"), "--out", str(tmp_path / "w")], env={"COLUMNS": "200"})
     assert p.exit_code == 0, p.output[-3000:]
