@@ -52,3 +52,10 @@ def fresh(monkeypatch):
     from .helpers import isolate_plugins
 
     return isolate_plugins(monkeypatch)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+
+    items.sort(key=rank)  # stable: every other test keeps its order

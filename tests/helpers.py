@@ -95,10 +95,3 @@ def isolate_plugins(monkeypatch):
     monkeypatch.setattr(plugins, "_ENV_DONE", "")
     monkeypatch.delenv(plugins.TRACEBACK_ENV, raising=False)
     return monkeypatch
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
-
-    items.sort(key=rank)  # stable: every other test keeps its order
