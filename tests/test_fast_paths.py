@@ -305,3 +305,19 @@ def test_recompute_backward_flag_changes_no_gradient(name):
         results.append([out, *torch.autograd.grad(out, wrt, gaussian(2, 2, 77, 4, seed=9))])
     for a, b in zip(*results):
         assert_matches_fp64(a, b, f"{name}: recompute_backward on vs off")
+
+
+def test_polarity_features_are_exactly_relus_zeros_and_powers():
+    """PolaFormer's fused map: where ``x / s`` is <= 0 the feature is exactly 0 (ReLU's value; a tiny stand-in
+    such as e^-80 would turn the matmuls' products into subnormals), elsewhere the plain power to rounding."""
+    from attnbench.attention.polaformer import _PolarityFeatures, polarity_split
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 17, 8)
+    x[..., 0] = 0.0
+    inv_s, p = torch.rand(3, 1, 8) + 0.5, 1 + 3 * torch.rand(3, 1, 8)
+    f = _PolarityFeatures.apply(x, inv_s, p)
+    pos, neg = polarity_split(x * inv_s, p)
+    assert torch.equal(f == 0, torch.cat([pos, neg], -1) == 0) and (f[..., 0] == 0).all()
+    assert (f[f != 0].abs() >= torch.finfo(f.dtype).tiny).all()        # no subnormal anywhere
+    torch.testing.assert_close(f, torch.cat([pos, neg], -1), rtol=1e-5, atol=0)
