@@ -55,10 +55,15 @@ def selective_scan_recurrent(u, dt, A, Bm, Cm, D=None, *, initial_state=None, ou
     _check(u, dt, A, Bm, Cm, D, initial_state)
     out_dtype = u.dtype
     u, dt, A, Bm, Cm, D, h = _cast(u, dt, A, Bm, Cm, D, initial_state)
+    # every token's decay and write at once, then the sequence cut by one unbind each: the same numbers as
+    # computing them token by token, but the backward gathers each slice's gradient with one stack where
+    # indexing [:, t] costs a zero tensor of the whole sequence per token
+    decays = (dt[..., None] * A).exp().unbind(1)                               # T x [B, E, N]
+    writes = ((dt * u)[..., None] * Bm[:, :, None, :]).unbind(1)              # T x [B, E, N]
     ys = []
-    for t in range(u.shape[1]):
-        h = (dt[:, t, :, None] * A).exp() * h + (dt[:, t] * u[:, t])[:, :, None] * Bm[:, t, None, :]
-        ys.append(torch.einsum("ben,bn->be", h, Cm[:, t]))
+    for a, w, c in zip(decays, writes, Cm.unbind(1)):
+        h = a * h + w
+        ys.append(torch.einsum("ben,bn->be", h, c))
     y = torch.stack(ys, dim=1)
     if D is not None:
         y = y + D * u
