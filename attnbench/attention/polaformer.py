@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -166,13 +164,19 @@ class PolaAttention(Attention):
 
 def _polarity_into(x: torch.Tensor, inv_s: torch.Tensor, p2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``[ReLU(x / s)^p, ReLU(-x / s)^p]`` into ``out [..., 2D]`` without autograd (``p2 = [p, p]``): ``x / s`` and
-    ``-x / s`` into the halves, then one power over the whole contiguous buffer as exp(p log max(., 0)). Two
+    ``-x / s`` into the halves, then one power over the whole contiguous buffer as exp(p log max(., 1e-30)),
+    floored like :func:`~attnbench.ops.elementwise.abs_pow`, then every entry at or below the clamp's value (a
+    negative entry, or a positive one whose power is under ~1e-30) set to exactly 0, ReLU's value. Two
     transcendentals per output element, but no sign masks: on the CPU the comparisons and the mask products
-    cost more than the log and exp they save. An exponent at or below ``EXP_FLOOR`` (ReLU's zeros: log 0 = -inf)
-    becomes -inf, so exp gives exactly 0: ReLU's value, and no subnormal products in the matmuls that follow (left
-    at e^-80, half the features made the CPU's microcode handle underflowing products)."""
+    cost more than the log and exp they save. The floor keeps exp on ATen's vectorised path (an exponent of
+    -inf or below about -87 takes a path tens of times slower); the zeros keep the matmuls that follow off
+    subnormals (e^-80 times a small weight underflows, and the CPU handles those products in microcode)."""
     D = x.shape[-1]
     torch.mul(x, inv_s, out=out[..., :D])
     torch.mul(x, inv_s.neg(), out=out[..., D:])
-    out.clamp_min_(0.0).log_().mul_(p2)
-    return F.threshold_(out, EXP_FLOOR, -math.inf).exp_()
+    out.clamp_min_(1e-30).log_().mul_(p2).clamp_min_(EXP_FLOOR).exp_()
+    return F.threshold_(out, _AT_THE_CLAMP, 0.0)
+
+
+# the largest value a clamped entry reaches (1e-30 to a power p >= 1, rounded): anything at or below it becomes 0
+_AT_THE_CLAMP = 1.001e-30
