@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -366,19 +367,28 @@ def test_nan_loss_fails_the_cell_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
-def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
+def test_two_processes_equal_one_and_every_rank_loads_a_plugin(tmp_path):
     """torchrun with 2 CPU processes on gloo vs 1 process, global batch 8, dropout 0 (with dropout the two runs
-    draw different masks: each rank has its own stream)."""
+    draw different masks: each rank has its own stream). Beside softmax, a plug-in (the example, copied outside the
+    repository) given by --plugin: each rank loads it, its record names it, and ``show`` gives the command that loads
+    it again. One torchrun for both: each start of two ranks costs seconds of imports."""
+    from attnbench.api.plugins import ENV
+    from attnbench.cli.main import app
+
+    plugin = Path(shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "my_attention.py", tmp_path))
     preset = write_preset(tmp_path / "p.toml", steps=6, eval_every=3, dropout=0.0)
     one = _run(tmp_path, "one", preset).outcomes[0]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "softmax", "--tasks", "listops",
-           "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out", str(tmp_path / "two"), "--nproc", "2"]
+    env = {**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "softmax,my_window", "--plugin",
+           str(plugin), "--tasks", "listops", "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out",
+           str(tmp_path / "two"), "--nproc", "2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "launching 2 processes" in proc.stdout and "torch.distributed.run" in proc.stdout
-    (two,) = records(tmp_path / "two.db")
-    assert two.status == "ok" and two.metrics["world_size"] == 2
+    recs = {r.attention: r for r in records(tmp_path / "two.db")}
+    assert set(recs) == {"softmax", "my_window"} and all(r.status == "ok" for r in recs.values())
+    two, mine = recs["softmax"], recs["my_window"]
+    assert two.metrics["world_size"] == 2 and mine.metrics["world_size"] == 2
     for key in ("test_acc", "best_val_acc", "best_step"):
         assert two.metrics[key] == pytest.approx(one.metrics[key], abs=1e-9), key
     for key in ("test_loss", "final_train_loss"):
@@ -386,6 +396,11 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     # a run is keyed by its global batch, not by the number of processes: the 1-process run's cell is the same cell
     with Store(tmp_path / "one.db") as s:
         assert s.measurements(suite="lra")[0].config_hash == two.config_hash
+    assert f"plugin:{plugin}" in mine.packages and not any(k.startswith("plugin:") for k in two.packages)
+    show = CliRunner().invoke(app, ["show", "lra", "my_window", "--db", str(tmp_path / "two.db"), "--no-committed"],
+                              env={"COLUMNS": "200"})
+    again = [ln.strip() for ln in show.output.splitlines() if ln.strip().startswith("attnbench run lra")]
+    assert show.exit_code == 0 and again and f"--plugin {plugin}" in again[0], show.output  # the absolute source
 
 
 def test_train_order_and_sharding_are_deterministic():

@@ -310,41 +310,6 @@ def test_children_see_the_plugin_without_a_flag(fresh, tmp_path):
 
 
 # --- end to end: one command per suite puts the plug-in beside the built-ins --------------------------------------------
-LRA_PRESET = """\
-name = "plugtest"
-description = "plug-in test preset"
-tasks_default = ["listops"]
-
-[model]
-dim = 16
-ffn_dim = 32
-heads = 2
-head_dim = 8
-layers = 1
-dropout = 0.0
-
-[train]
-batch_size = 8
-lr = 3e-3
-warmup = 0
-steps = 2
-eval_every = 2
-eval_batch_size = 16
-clip_grad_value = 1.0
-
-[tasks.listops]
-seq_len = 32
-[tasks.listops.generate]
-n_train = 32
-n_val = 16
-n_test = 16
-max_depth = 3
-max_args = 3
-min_length = 8
-max_length = 32
-"""
-
-
 def _cli(args, *, cwd, env=None, timeout=300):
     base = {k: v for k, v in os.environ.items() if k != plugins.ENV}
     env = {**base, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -385,26 +350,9 @@ def in_table(suite: str, db: str, setting: str, rows: list[str], *, cwd: Path) -
         assert f"| {row} |" in section, (row, section)
 
 
-def test_lra_under_torchrun_two_processes_puts_the_plugin_in_the_table(outside, tmp_path):
-    preset = tmp_path / "p.toml"
-    preset.write_text(LRA_PRESET)
-    run = _cli(["run", "lra", "--plugin", outside.name, "--attn", "softmax,my_window", "--tasks", "listops",
-                "--preset", str(preset), "--db", "two.db", "--out", "two", "--nproc", "2"], cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "launching 2 processes" in run.stdout
-    recs = {r[0]: r for r in _records(tmp_path / "two.db")}
-    assert set(recs) == {"softmax", "my_window"} and all(r[1] == "ok" for r in recs.values())
-    assert json.loads(recs["my_window"][4])["world_size"] == 2
-    assert f"plugin:{outside}" in recs["my_window"][3] and "plugin:" not in recs["softmax"][3]
-    in_table("lra", "two.db", "lra/plugtest", ["softmax", "my_window"], cwd=tmp_path)
-    show = _cli(["show", "lra", "my_window", "--db", "two.db", "--no-committed"], cwd=tmp_path)
-    again = [ln.strip() for ln in show.stdout.splitlines() if ln.strip().startswith("attnbench run lra")]
-    assert show.returncode == 0 and again and f"--plugin {outside}" in again[0], show.stdout  # the absolute source
-
-
 # (suite, its arguments, the table setting, rows): each suite's tiny preset through its real pipeline (--smoke),
 # the plug-in beside a built-in; run in this process, the plug-in gone after it, and the table read by a process of
-# its own (the --nproc and submitit runs, processes of their own, are the LRA and scaling tests)
+# its own (the --nproc run is test_lra_run's two-process test; the submitit run is the scaling test below)
 SUITE_RUNS = [
     ("lra", ["--attn", "softmax,my_window", "--tasks", "listops"], "lra/tiny-smoke", ["softmax", "my_window"]),
     ("vision", ["--attn", "softmax,my_softplus"], "vision/tiny-smoke", ["softmax", "my_softplus"]),
@@ -432,21 +380,35 @@ def test_each_suite_puts_the_plugin_in_its_table(outside, tmp_path, monkeypatch,
     in_table(suite, "s.db", setting, rows, cwd=tmp_path)
 
 
-def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, tmp_path):
+def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, tmp_path, monkeypatch):
     """The plug-in only through ATTNBENCH_PLUGINS (no flag): submitit's job process and the scaling suite's isolated
-    child load it; an unchanged file skips the cell, an edited one reruns it under a new identity."""
+    child load it; an unchanged file skips the cell, an edited one reruns it under a new identity (these two runs
+    in this process, the plug-in loaded afresh for each and gone after it; the cell still in an isolated child)."""
     pytest.importorskip("submitit")
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
+    from .helpers import isolate_plugins
+
     env = {plugins.ENV: str(outside)}
     args = ["run", "scaling", "--preset", "tiny", "--attn", "my_window", "--seq", "32", "--db", "s.db", "--out", "w"]
     first = _cli([*args, "--launcher", "submitit-local"], cwd=tmp_path, env=env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     ((_, status, hash1, packages1, _),) = _records(tmp_path / "s.db")
     assert status == "ok" and f"plugin:{outside}" in packages1
-    again = _cli(args, cwd=tmp_path, env=env)
-    assert again.returncode == 0 and "already finished" in again.stdout and len(_records(tmp_path / "s.db")) == 1
+
+    def here():
+        with monkeypatch.context() as mp:
+            isolate_plugins(mp)
+            mp.chdir(tmp_path)
+            return CliRunner().invoke(app, args, env={**env, "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+
+    again = here()
+    assert again.exit_code == 0 and "already finished" in again.output and len(_records(tmp_path / "s.db")) == 1
     outside.write_text(outside.read_text() + "\n# edited: a new version of the mechanism\n")
-    edited = _cli(args, cwd=tmp_path, env=env)
-    assert edited.returncode == 0, edited.stdout[-3000:] + edited.stderr[-3000:]
+    edited = here()
+    assert edited.exit_code == 0, edited.output[-3000:]
     rows = _records(tmp_path / "s.db")
     assert len(rows) == 2 and rows[1][1] == "ok" and rows[1][2] != hash1 and rows[1][3] != packages1
 
