@@ -4,9 +4,6 @@ every record, ``--nproc`` to torchrun, ``--launcher`` to the job launcher, ``--p
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -165,22 +162,27 @@ def test_mixa_takes_nproc_and_launcher_to_torchrun_and_the_job_launcher(tmp_path
     assert r.exit_code == 2 and "--nproc must be >= 1" in r.output
 
 
-def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path):
-    """In a child process (loading a plug-in changes the registry of the process that loads it)."""
+def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path, monkeypatch):
+    """Both commands in this process, the registry and the plug-in state restored after each (loading a plug-in
+    changes the registry of the process that loads it)."""
+    from .helpers import isolate_plugins
+
     example = Path(__file__).resolve().parents[1] / "examples" / "my_attention.py"
     if not example.is_file():
         pytest.skip("examples/my_attention.py not present")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    env.pop("ATTNBENCH_PLUGINS", None)
-    args = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "my_window,nalla", "--db",
-            str(tmp_path / "p.db"), "--out", str(tmp_path / "w")]
-    without = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    with_plugin = subprocess.run(args + ["--plugin", str(example)], cwd=tmp_path, env=env, capture_output=True,
-                                 text=True, timeout=300)
-    assert without.returncode == 2 and "my_window" in without.stdout, without.stdout + without.stderr
+    args = ["run", "lra", "--attn", "my_window,nalla", "--db", str(tmp_path / "p.db"), "--out", str(tmp_path / "w")]
+
+    def run(*extra):
+        with monkeypatch.context() as mp:
+            isolate_plugins(mp)
+            mp.chdir(tmp_path)
+            return CliRunner().invoke(app, [*args, *extra], env={"COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+
+    without, with_plugin = run(), run("--plugin", str(example))
+    assert without.exit_code == 2 and "my_window" in without.output, without.output
     # with the plug-in my_window is known: the error is about the typo alone
-    assert with_plugin.returncode == 2 and "nalla" in with_plugin.stdout, with_plugin.stdout + with_plugin.stderr
-    assert "'my_window'" not in with_plugin.stdout.split("nalla")[0]
+    assert with_plugin.exit_code == 2 and "nalla" in with_plugin.output, with_plugin.output
+    assert "'my_window'" not in with_plugin.output.split("nalla")[0]
     assert not (tmp_path / "p.db").exists()
 
 
