@@ -370,8 +370,9 @@ def test_nan_loss_fails_the_cell_and_the_sweep_goes_on(tmp_path):
 def test_two_processes_equal_one_and_every_rank_loads_a_plugin(tmp_path):
     """torchrun with 2 CPU processes on gloo vs 1 process, global batch 8, dropout 0 (with dropout the two runs
     draw different masks: each rank has its own stream). Beside softmax, a plug-in (the example, copied outside the
-    repository) given by --plugin: each rank loads it, its record names it, and ``show`` gives the command that loads
-    it again. One torchrun for both: each start of two ranks costs seconds of imports."""
+    repository) given by --plugin as a relative path: each rank loads it, its record names its absolute path, and
+    ``show`` gives the command that loads it again. One torchrun for both: each start of two ranks costs seconds of
+    imports."""
     from attnbench.api.plugins import ENV
     from attnbench.cli.main import app
 
@@ -380,9 +381,9 @@ def test_two_processes_equal_one_and_every_rank_loads_a_plugin(tmp_path):
     one = _run(tmp_path, "one", preset).outcomes[0]
     env = {**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
     cmd = [sys.executable, "-m", "attnbench.cli.main", "run", "lra", "--attn", "softmax,my_window", "--plugin",
-           str(plugin), "--tasks", "listops", "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out",
-           str(tmp_path / "two"), "--nproc", "2"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+           plugin.name, "--tasks", "listops", "--preset", str(preset), "--db", str(tmp_path / "two.db"), "--out",
+           str(tmp_path / "two"), "--nproc", "2"]   # the plug-in by a relative path: the record names it absolute
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "launching 2 processes" in proc.stdout and "torch.distributed.run" in proc.stdout
     recs = {r.attention: r for r in records(tmp_path / "two.db")}
