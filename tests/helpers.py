@@ -95,3 +95,18 @@ def isolate_plugins(monkeypatch):
     monkeypatch.setattr(plugins, "_ENV_DONE", "")
     monkeypatch.delenv(plugins.TRACEBACK_ENV, raising=False)
     return monkeypatch
+
+
+def invoke_isolated(monkeypatch, args, *, cwd=None, env=None):
+    """``attnbench <args>`` in this process (typer's runner on the CLI's app: a process start less), the plug-in
+    state isolated for the call (:func:`isolate_plugins` on a ``monkeypatch.context()``: a plug-in it loads is gone
+    after it), in ``cwd`` if given; ``env`` on top of ``COLUMNS=200``."""
+    from typer.testing import CliRunner
+
+    from attnbench.cli.main import app
+
+    with monkeypatch.context() as mp:
+        isolate_plugins(mp)
+        if cwd is not None:
+            mp.chdir(cwd)
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})

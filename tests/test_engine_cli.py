@@ -214,8 +214,6 @@ def test_workers_share_one_store_and_run_each_cell_once(tmp_path, preset):
 
 
 def test_a_run_with_nothing_to_run_exits_non_zero_and_says_why(tmp_path, preset):
-    from typer.testing import CliRunner
-
     from attnbench.cli.main import app
 
     p = CliRunner().invoke(app, ["run", "lra", "--attn", "softmax", "--tasks", "text", "--preset", str(preset),

@@ -256,11 +256,7 @@ def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path, monke
     planted copies exit 1 naming the broken clause: a fast form that ignores its ``window`` option, one that is
     wrong only under no_grad, and a feature map whose fast ``phi`` is not its reference. The example runs in a
     process of its own; the planted copies in this one (a process start less each), each plug-in gone after it."""
-    from typer.testing import CliRunner
-
-    from attnbench.cli.main import app
-
-    from .helpers import isolate_plugins
+    from .helpers import invoke_isolated
 
     src = EXAMPLE.read_text()
     ok = _cli(["check", "--plugin", str(EXAMPLE), "--attn", "my_window,my_softplus", "--format", "md"], cwd=tmp_path)
@@ -280,10 +276,7 @@ def test_check_passes_the_example_and_fails_its_planted_variants(tmp_path, monke
     for what, (text, name, clause, detail) in planted.items():
         assert text != src, what  # the planting found its line
         bad = write(tmp_path / f"planted_{what}.py", text)
-        with monkeypatch.context() as mp:
-            isolate_plugins(mp)
-            run = CliRunner().invoke(app, ["check", "--plugin", str(bad), "--attn", name, "--format", "md"],
-                                     env={"COLUMNS": "200"})
+        run = invoke_isolated(monkeypatch, ["check", "--plugin", str(bad), "--attn", name, "--format", "md"])
         fails = [ln for ln in run.output.splitlines() if ln.startswith(f"FAIL {name}")]
         assert run.exit_code == 1 and any(clause in ln and detail in ln for ln in fails), (what, run.output[-3000:])
 
@@ -363,17 +356,10 @@ SUITE_RUNS = [
 
 @pytest.mark.parametrize("suite,args,setting,rows", SUITE_RUNS, ids=[r[0] for r in SUITE_RUNS])
 def test_each_suite_puts_the_plugin_in_its_table(outside, tmp_path, monkeypatch, suite, args, setting, rows):
-    from typer.testing import CliRunner
+    from .helpers import invoke_isolated
 
-    from attnbench.cli.main import app
-
-    from .helpers import isolate_plugins
-
-    with monkeypatch.context() as mp:
-        isolate_plugins(mp)
-        mp.chdir(tmp_path)
-        run = CliRunner().invoke(app, ["run", suite, "--plugin", str(outside), *args, "--smoke", "--db", "s.db"],
-                                 env={"COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+    run = invoke_isolated(monkeypatch, ["run", suite, "--plugin", str(outside), *args, "--smoke", "--db", "s.db"],
+                          cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert run.exit_code == 0, run.output[-3000:]
     plugged = [r for r in _records(tmp_path / "s.db") if "my_" in r[0]]  # the smoke's planned stop is a record too
     assert any(r[1] == "ok" for r in plugged) and all(f"plugin:{outside}" in r[3] for r in plugged)
@@ -385,11 +371,7 @@ def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, t
     child load it; an unchanged file skips the cell, an edited one reruns it under a new identity (these two runs
     in this process, the plug-in loaded afresh for each and gone after it; the cell still in an isolated child)."""
     pytest.importorskip("submitit")
-    from typer.testing import CliRunner
-
-    from attnbench.cli.main import app
-
-    from .helpers import isolate_plugins
+    from .helpers import invoke_isolated
 
     env = {plugins.ENV: str(outside)}
     args = ["run", "scaling", "--preset", "tiny", "--attn", "my_window", "--seq", "32", "--db", "s.db", "--out", "w"]
@@ -399,10 +381,7 @@ def test_scaling_under_submitit_reruns_a_cell_when_the_plugin_changes(outside, t
     assert status == "ok" and f"plugin:{outside}" in packages1
 
     def here():
-        with monkeypatch.context() as mp:
-            isolate_plugins(mp)
-            mp.chdir(tmp_path)
-            return CliRunner().invoke(app, args, env={**env, "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+        return invoke_isolated(monkeypatch, args, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1"})
 
     again = here()
     assert again.exit_code == 0 and "already finished" in again.output and len(_records(tmp_path / "s.db")) == 1

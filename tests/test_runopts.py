@@ -165,7 +165,7 @@ def test_mixa_takes_nproc_and_launcher_to_torchrun_and_the_job_launcher(tmp_path
 def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path, monkeypatch):
     """Both commands in this process, the registry and the plug-in state restored after each (loading a plug-in
     changes the registry of the process that loads it)."""
-    from .helpers import isolate_plugins
+    from .helpers import invoke_isolated
 
     example = Path(__file__).resolve().parents[1] / "examples" / "my_attention.py"
     if not example.is_file():
@@ -173,10 +173,7 @@ def test_a_plugin_is_loaded_before_the_specs_are_read(tmp_path, monkeypatch):
     args = ["run", "lra", "--attn", "my_window,nalla", "--db", str(tmp_path / "p.db"), "--out", str(tmp_path / "w")]
 
     def run(*extra):
-        with monkeypatch.context() as mp:
-            isolate_plugins(mp)
-            mp.chdir(tmp_path)
-            return CliRunner().invoke(app, [*args, *extra], env={"COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+        return invoke_isolated(monkeypatch, [*args, *extra], cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
 
     without, with_plugin = run(), run("--plugin", str(example))
     assert without.exit_code == 2 and "my_window" in without.output, without.output

@@ -168,8 +168,6 @@ def _cli(*args, cwd):
 
 
 def test_three_seeds_make_three_cells_one_row_and_show_gives_a_command_that_finds_its_cell(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
     from attnbench.cli.main import app
 
     (tmp_path / "toy.toml").write_text(TOY)
