@@ -74,6 +74,29 @@ def test_chunked_matches_recurrent_fp64(N, chunk_size, gate, state):
         assert_matches_fp64(g_fast[name], g_ref[name], f"d{name}")
 
 
+@pytest.mark.parametrize("N", [1, 7, 64])
+@pytest.mark.parametrize("gate", [False, True], ids=["deltanet", "gated"])
+def test_one_chunk_matches_recurrent_with_less_work(N, gate):
+    """A sequence of one chunk from no state, and no final state asked (a recall-tiny step) takes the one-chunk
+    form: the recurrence's output and gradients in float64, for fewer counted FLOPs than the chunked form
+    that carries the state (asked for here by output_final_state)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ts = make(N=N, Dk=16, Dv=8, gate=gate, grad=True)
+    o_ref, _ = run(delta_rule_recurrent, ts)
+    with FlopCounterMode(display=False) as one:
+        o, s = run(delta_rule_chunked, ts, chunk_size=64)
+    with FlopCounterMode(display=False) as carried:
+        run(delta_rule_chunked, ts, chunk_size=64, output_final_state=True)
+    assert s is None and o.shape == (2, 2, N, 8)
+    assert one.get_total_flops() < carried.get_total_flops()
+    assert_matches_fp64(o, o_ref, "o")
+    g_ref, g_fast = grads(o_ref, None, ts), grads(o, None, ts)
+    assert set(g_fast) == {"q", "k", "v", "beta"} | ({"g"} if gate else set())
+    for name in g_ref:
+        assert_matches_fp64(g_fast[name], g_ref[name], f"d{name}")
+
+
 @pytest.mark.parametrize("N", [7, 130])
 @pytest.mark.parametrize("gate", [False, True], ids=["deltanet", "gated"])
 @pytest.mark.parametrize("block_bytes", [1, 1 << 20], ids=["4-chunk-blocks", "one-block"])

@@ -243,7 +243,8 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     each call (whole-sequence batching makes temporaries large enough to be mapped and faulted in afresh
     every time), and memory beyond the inputs and output does not grow with N. N need not be a multiple of C:
     the tail is padded with k = v = beta = g = 0 tokens, which leave the state unchanged (a = 1, nothing
-    written).
+    written). A sequence of one chunk that starts from no state and returns none (a recall-tiny step) takes
+    :func:`_delta_one_chunk`, the same output without the state's products.
     On a CPU the batched triangular solve runs on one thread (:func:`attnbench.ops.threads.one_thread`: set and
     restored inside this call, the same on every machine; LAPACK solves the small matrices one by one, each too
     small to share), the rest on the run's threads.
@@ -257,6 +258,9 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     Dv = v.shape[-1]
     cd, out_dtype = compute_dtype(q.dtype), v.dtype
     scale = Dk ** -0.5 if scale is None else float(scale)
+    if N <= chunk_size and initial_state is None and not output_final_state:
+        o = _delta_one_chunk(*(t.to(cd) for t in (q, k, v, beta)), None if g is None else g.to(cd), scale)
+        return o.to(out_dtype), None
     C = min(int(chunk_size), N)
     pad = (-N) % C
     n = (N + pad) // C
@@ -296,6 +300,15 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     return o.to(out_dtype), final
 
 
+def _decays_transposed(G: torch.Tensor) -> torch.Tensor:
+    """``[.., C]`` cumulative log-gates of a chunk -> ``DT [.., C, C]``, ``DT_ji = D_ij = exp(G_i - G_j)`` for
+    ``j <= i``, else 0, built transposed like ``LT``. The lower triangle is zeroed *before* the exp and again after
+    it, so no inf ever meets a 0, forward or backward; the floored exp keeps strong decays off ATen's slow
+    underflow path."""
+    upper = _upper_mask(G.shape[-1], G.dtype, G.device)                       # [C, C]  1 where j <= i
+    return exp_floored((G[..., None, :] - G[..., :, None]).mul_(upper)) * upper
+
+
 def _chunk_major(x: torch.Tensor, C: int) -> torch.Tensor:
     """``[B, H, m*C, ...]`` -> ``[m*B*H, C, ...]``, chunk by chunk (one copy): chunk c's heads are rows c*BH..."""
     B, H, T = x.shape[:3]
@@ -331,11 +344,7 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
         a_c = None
     else:
         G = _chunk_major(g, C).cumsum(-1)                                     # [m BH, C]  G_i in the chunk
-        # DT_ji = D_ij = exp(G_i - G_j) for j <= i, else 0, built transposed like LT. The lower triangle is
-        # zeroed *before* the exp and again after it, so no inf ever meets a 0, forward or backward; the
-        # floored exp keeps strong decays off ATen's slow underflow path.
-        upper = _upper_mask(C, G.dtype, G.device)                             # [C, C]  1 where j <= i
-        DT = exp_floored((G[:, None, :] - G[:, :, None]).mul_(upper)) * upper  # [m BH, C, C]
+        DT = _decays_transposed(G)                                            # [m BH, C, C]
         LT = LT.mul_(DT)                                                      # [m BH, C, C]  L'^T
         P = PT.mul_(DT).transpose(-1, -2)                                     # [m BH, C, C]  j <= i
         eG = exp_floored(G).unsqueeze(-1)                                     # [m BH, C, 1]  e^{G_i}
@@ -383,6 +392,33 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
     o = torch.bmm(qc, states[:m].reshape(m * BH, Dk, Dv))                     # [m BH, C, Dv]
     o = o.baddbmm_(P, delta.reshape(m * BH, C, Dv), beta=scale, alpha=scale)  # [m BH, C, Dv]
     return o, states[m]
+
+
+def _delta_one_chunk(q, k, v, beta, g, scale: float) -> torch.Tensor:
+    """:func:`delta_rule_chunked` when the sequence is one chunk and starts from no state (a recall-tiny step):
+    with ``S_0 = 0`` the chunk's output is ``O = scale * P Y_V`` alone (``Delta' = Y_V``), so the keys' half of
+    the solve's right-hand side, the products with the zero state and the state after the chunk are not
+    computed. ``[B, H, N, D]`` in, ``o [B, H, N, Dv]`` out. Its gradients equal the chunked form's to rounding,
+    not to the bit: that form's backward also sums zeros from the keys' half and the unused final state (which
+    reach ``beta k`` first, in a transposed layout, so beta's gradient sums its terms in another order)."""
+    B, H, N, Dk = q.shape
+    Dv = v.shape[-1]
+    qc, kc, vc = q.reshape(B * H, N, Dk), k.reshape(B * H, N, Dk), v.reshape(B * H, N, Dv)
+    kb = kc * beta.reshape(B * H, N, 1)                                      # [BH, N, Dk]  beta_j k_j
+    LT = torch.bmm(kb, kc.transpose(-1, -2))                                  # [BH, N, N]  LT_ji = k_i . beta_j k_j
+    PT = torch.bmm(kb, qc.transpose(-1, -2))                                  # [BH, N, N]  PT_ji = q_i . beta_j k_j
+    if g is None:
+        P = PT.mul_(_upper_mask(N, PT.dtype, PT.device)).transpose(-1, -2)   # [BH, N, N]  j <= i
+    else:
+        DT = _decays_transposed(g.reshape(B * H, N).cumsum(-1))               # [BH, N, N]
+        LT = LT.mul_(DT)
+        P = PT.mul_(DT).transpose(-1, -2)                                     # [BH, N, N]  j <= i
+    with one_thread(LT.device.type == "cpu"):  # as in _delta_block
+        X = torch.linalg.solve_triangular(LT, torch.eye(N, dtype=LT.dtype, device=LT.device).expand_as(LT),
+                                          upper=True, left=False, unitriangular=True)  # [BH, N, N]
+    YV = torch.bmm(X.transpose(-1, -2), vc)                                   # [BH, N, Dv]  Delta'
+    o = torch.bmm(P, YV).mul_(scale)                                          # [BH, N, Dv]
+    return o.reshape(B, H, N, Dv)
 
 
 # ----------------------------------------------------------------------------------------------------------
