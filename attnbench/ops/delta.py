@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from packaging.version import Version
 
-from attnbench.ops.elementwise import exp_floored
+from attnbench.ops.elementwise import exp_floored, grad_in_layout
 from attnbench.ops.forms import IMPLS, compute_dtype, resolve_impl
 from attnbench.ops.threads import one_thread
 from attnbench.core.protocol import FLOAT_DTYPES, ShapeError, UnsupportedError, _describe, validate_tensors
@@ -258,15 +258,17 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     Dv = v.shape[-1]
     cd, out_dtype = compute_dtype(q.dtype), v.dtype
     scale = Dk ** -0.5 if scale is None else float(scale)
+    # q^T's and k^T's gradients come back transposed
+    q, k, v = (grad_in_layout(t.to(cd)) for t in (q, k, v))
     if N <= chunk_size and initial_state is None and not output_final_state:
-        o = _delta_one_chunk(*(t.to(cd) for t in (q, k, v, beta)), None if g is None else g.to(cd), scale)
+        o = _delta_one_chunk(q, k, v, beta.to(cd), None if g is None else g.to(cd), scale)
         return o.to(out_dtype), None
     C = min(int(chunk_size), N)
     pad = (-N) % C
     n = (N + pad) // C
     BH = B * H
 
-    q, k, v, beta = (t.to(cd) for t in (q, k, v, beta))
+    beta = beta.to(cd)
     if g is not None:
         g = g.to(cd)
     if pad:  # padded tokens have k = v = beta = g = 0: a = 1 and nothing written, so S passes through unchanged

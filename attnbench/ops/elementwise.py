@@ -70,3 +70,41 @@ def position_counts(n: int, causal: bool, like: torch.Tensor) -> torch.Tensor:
     if causal:
         return torch.arange(1, n + 1, device=like.device, dtype=like.dtype).unsqueeze(-1)
     return torch.full((n, 1), float(n), device=like.device, dtype=like.dtype)
+
+
+def _dense_strides(x: torch.Tensor) -> bool:
+    """Whether x fills its storage without gaps or overlaps in some order of its dims (contiguous, or a permutation of
+    a contiguous tensor, as a transposed view is)."""
+    expected = 1
+    for i in sorted(range(x.dim()), key=lambda i: x.stride(i)):
+        if x.size(i) == 1:
+            continue
+        if x.stride(i) != expected:
+            return False
+        expected *= x.size(i)
+    return True
+
+
+class _GradInLayout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.size, ctx.stride = x.size(), x.stride()
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad.stride() == ctx.stride:
+            return grad
+        return torch.empty_strided(ctx.size, ctx.stride, dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
+def grad_in_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself, whose gradient is handed back in x's own memory layout. An op that multiplies by ``x^T`` hands x
+    a transposed gradient, and an elementwise backward before it (a feature map's) with operands in two layouts
+    leaves ATen's vectorised CPU loops (SiLU's backward, DeltaNet's feature map, several times slower). The delta
+    rule calls this on its inputs; the gradient's values are the same, but what the backward before it computes
+    may round differently in the vectorised loop (its exp). (The linear attention's feature maps gained nothing
+    from it in the recall-tiny step, so it is not used there.)"""
+    if not (x.requires_grad and torch.is_grad_enabled() and _dense_strides(x)):
+        return x
+    return _GradInLayout.apply(x)
