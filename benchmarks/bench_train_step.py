@@ -12,7 +12,8 @@ its products at the speed the BLAS gives those shapes.
 All forms are timed interleaved, round by round (:func:`attnbench.measure.timing.round_robin`), on the thread
 count asked (default 1); ratios come from one run. ``--compile`` adds each model under ``torch.compile`` (the
 whole step's forward and loss; the backward through AOTAutograd) in the same rounds, with its compile time.
-``--profile N`` prints torch.profiler's N most expensive ops per model instead of timing.
+``--profile N`` prints torch.profiler's N most expensive ops per model instead of timing; ``--breakdown`` each
+model's step by kind of op (the products the floor counts, the rest that holds a step above it).
 
     python benchmarks/bench_train_step.py --suites recall --threads 1
     python benchmarks/bench_train_step.py --suites lm,vision,lra --compile
@@ -214,6 +215,76 @@ def _profile(models: list[Model], rows: int) -> None:
         print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
+# ``--breakdown``: aten ops by kind (self CPU time). Products are what the floor counts; the rest is what holds a step
+# above it. Ops not named here show as "other", with their names, so nothing is hidden by the grouping.
+KINDS = {
+    "products": {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mkldnn_convolution", "convolution_backward",
+                 "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"},
+    "solve": {"linalg_solve_triangular", "triangular_solve"},
+    "elementwise": {"mul", "mul_", "add", "add_", "sub", "sub_", "rsub", "div", "div_", "neg", "pow", "pow_", "exp",
+                    "exp_", "log", "log1p", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "silu",
+                    "silu_backward", "relu", "threshold", "threshold_", "threshold_backward", "where", "clamp",
+                    "clamp_min", "clamp_max", "clamp_min_", "masked_fill", "masked_fill_", "sqrt", "rsqrt", "cos",
+                    "sin", "eq", "ne", "lt", "le", "gt", "ge", "abs", "sgn", "sign", "reciprocal", "softplus",
+                    "softplus_backward", "elu", "elu_backward", "gelu", "gelu_backward", "lerp_", "addcmul_",
+                    "addcdiv_", "mul_out", "square", "tril", "triu", "tril_", "triu_", "logical_not", "bitwise_not",
+                    "erf", "expm1", "atan2", "fmod", "remainder", "maximum", "minimum", "hardtanh_backward"},
+    "copies and layout": {"copy_", "cat", "stack", "clone", "contiguous", "fill_", "zero_", "zeros", "zeros_like",
+                          "ones", "ones_like", "empty", "empty_like", "empty_strided", "new_zeros", "new_empty",
+                          "flip", "index_select", "index", "index_put_", "index_add_", "scatter", "scatter_add_",
+                          "gather", "embedding", "embedding_dense_backward", "narrow", "as_strided", "transpose", "t",
+                          "view", "reshape", "_reshape_alias", "expand", "permute", "unbind", "split",
+                          "split_with_sizes", "select", "slice", "_to_copy", "to", "unsqueeze", "squeeze", "detach",
+                          "alias", "resize_", "constant_pad_nd", "pad", "repeat", "diag_embed", "eye", "arange",
+                          "full", "full_like", "lift_fresh", "select_backward", "slice_backward", "unfold",
+                          "_unsafe_view", "flatten", "expand_as", "movedim", "clone_", "masked_select"},
+    "reductions and scans": {"sum", "mean", "cumsum", "cumsum_", "linalg_vector_norm", "norm", "max", "amax", "min",
+                             "logsumexp", "_log_softmax", "_log_softmax_backward_data", "_softmax",
+                             "_softmax_backward_data", "var", "std", "var_mean", "prod", "cumprod", "nll_loss_forward",
+                             "nll_loss_backward", "_fused_rms_norm", "native_layer_norm",
+                             "native_layer_norm_backward", "_fused_rms_norm_backward", "sort", "topk"},
+}
+
+
+def _kind(key: str) -> str:
+    """The kind of one profiler event (its self time: events nest, self times add up to the profiled time)."""
+    if key.startswith("autograd::engine"):
+        return "autograd engine"
+    if key.startswith("Optimizer.") or key.startswith("aten::_foreach_"):
+        return "optimizer"
+    name = key[len("aten::"):] if key.startswith("aten::") else None
+    return next((k for k, names in KINDS.items() if name in names), "other")
+
+
+def _breakdown(models: list[Model], steps: int = 5) -> None:
+    """Per model: the share of a step's aten self time by kind, and its costliest ops that are not products."""
+    from torch.profiler import ProfilerActivity, profile
+
+    order = list(KINDS) + ["optimizer", "autograd engine", "other"]
+    print(f"self CPU time per step by kind (torch.profiler, {steps} steps after 3; its per-op overhead adds a few us "
+          f"to every op, so the small ops' share reads high; 'other': Python-level autograd functions, unlisted ops)")
+    print(f"{'suite':7} {'model':22} {'ms':>6} " + " ".join(f"{k.split()[0][:11]:>11}" for k in order) + "  costliest non-products")
+    for m in models:
+        step = _step(m, m.module)
+        for _ in range(3):
+            step()
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            for _ in range(steps):
+                step()
+        per_kind = dict.fromkeys(order, 0.0)
+        ops: dict[str, float] = {}
+        for e in p.key_averages():
+            kind = _kind(e.key)
+            per_kind[kind] += e.self_cpu_time_total
+            if kind not in ("products", "autograd engine"):
+                ops[e.key.removeprefix("aten::")] = e.self_cpu_time_total
+        total = sum(per_kind.values())
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
+        print(f"{m.suite:7} {m.label:22} {total / steps / 1e3:6.1f} "
+              + " ".join(f"{100 * per_kind[k] / total:10.0f}%" for k in order) + "  "
+              + ", ".join(f"{name} {t / steps / 1e3:.1f}" for name, t in top))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suites", default="recall", help=f"comma-separated, of {', '.join(SUITES)}")
@@ -228,6 +299,9 @@ def main(argv=None) -> int:
                          "for a core)")
     ap.add_argument("--compile", action="store_true", help="also each model under torch.compile, same rounds")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest ops per model")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="each model's step by kind of op (products, solve, elementwise, copies, reductions, "
+                         "optimizer, other) and its costliest ops that are not products")
     a = ap.parse_args(argv)
     unknown = [s for s in a.suites.split(",") if s not in SUITES]
     if unknown:
@@ -238,6 +312,9 @@ def main(argv=None) -> int:
     models = [m for s in a.suites.split(",") for m in SUITES[s](getattr(a, s))]
     if a.profile:
         _profile(models, a.profile)
+        return 0
+    if a.breakdown:
+        _breakdown(models)
         return 0
     fns, info = {}, {}
     for m in models:
