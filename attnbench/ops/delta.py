@@ -258,7 +258,7 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     Dv = v.shape[-1]
     cd, out_dtype = compute_dtype(q.dtype), v.dtype
     scale = Dk ** -0.5 if scale is None else float(scale)
-    # q^T's and k^T's gradients come back transposed
+    # the forms multiply by q^T and k^T: their gradients go back in the inputs' own layout (see grad_in_layout)
     q, k, v = (grad_in_layout(t.to(cd)) for t in (q, k, v))
     if N <= chunk_size and initial_state is None and not output_final_state:
         o = _delta_one_chunk(q, k, v, beta.to(cd), None if g is None else g.to(cd), scale)
