@@ -1,0 +1,36 @@
+"""benchmarks/bench_train_step.py's --breakdown: every profiler event lands in one kind, and the kinds account for the
+whole profiled step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .helpers import load_file
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train_step.py"
+bench = load_file("_attnbench_bench_train_step", SCRIPT)
+
+
+def test_each_event_has_its_kind():
+    kinds = {"aten::bmm": "products", "aten::convolution_backward": "products",
+             "aten::linalg_solve_triangular": "solve", "aten::mul": "elementwise", "aten::silu_backward": "elementwise",
+             "aten::copy_": "copies and layout", "aten::cumsum": "reductions and scans",
+             "aten::_foreach_addcdiv_": "optimizer", "Optimizer.step#AdamW.step": "optimizer",
+             "autograd::engine::evaluate_function: MulBackward0": "autograd engine",
+             "NaLaMapBlockedFunctionBackward": "other", "aten::no_such_op": "other"}
+    assert {key: bench._kind(key) for key in kinds} == kinds
+
+
+def test_breakdown_shares_add_up_to_the_step(capsys):
+    threads = torch.get_num_threads()
+    try:  # the script sets its thread count for the process
+        assert bench.main(["--suites", "recall", "--recall", "softmax", "--breakdown"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("recall")]
+    shares = [float(s.rstrip("%")) for s in row[3:11]]
+    assert row[1] == "softmax" and float(row[2]) > 0
+    assert abs(sum(shares) - 100) <= 1 and shares[0] > 0   # products are part of any step
+    assert "mul" in " ".join(row[11:])                      # the costliest non-products are named
