@@ -201,16 +201,22 @@ def lra_models(names: str | None) -> list[Model]:
 SUITES = {"recall": recall_models, "lm": lm_models, "vision": vision_models, "lra": lra_models}
 
 
-def _profile(models: list[Model], rows: int) -> None:
+def _profiled(m: Model, steps: int = 5):
+    """torch.profiler over ``steps`` training steps of ``m``, after 3 that warm it up."""
     from torch.profiler import ProfilerActivity, profile
 
-    for m in models:
-        step = _step(m, m.module)
-        for _ in range(3):
+    step = _step(m, m.module)
+    for _ in range(3):
+        step()
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        for _ in range(steps):
             step()
-        with profile(activities=[ProfilerActivity.CPU]) as p:
-            for _ in range(5):
-                step()
+    return p
+
+
+def _profile(models: list[Model], rows: int) -> None:
+    for m in models:
+        p = _profiled(m)
         print(f"\n== {m.suite} · {m.label} (5 steps)")
         print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
@@ -257,20 +263,14 @@ def _kind(key: str) -> str:
 
 
 def _breakdown(models: list[Model], steps: int = 5) -> None:
-    """Per model: the share of a step's aten self time by kind, and its costliest ops that are not products."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Per model: the share of a step's self CPU time by kind, and its costliest ops that are not products."""
     order = list(KINDS) + ["optimizer", "autograd engine", "other"]
     print(f"self CPU time per step by kind (torch.profiler, {steps} steps after 3; its per-op overhead adds a few us "
           f"to every op, so the small ops' share reads high; 'other': Python-level autograd functions, unlisted ops)")
-    print(f"{'suite':7} {'model':22} {'ms':>6} " + " ".join(f"{k.split()[0][:11]:>11}" for k in order) + "  costliest non-products")
+    print(f"{'suite':7} {'model':22} {'ms':>6} " + " ".join(f"{k.split()[0][:11]:>11}" for k in order)
+          + "  costliest non-products")
     for m in models:
-        step = _step(m, m.module)
-        for _ in range(3):
-            step()
-        with profile(activities=[ProfilerActivity.CPU]) as p:
-            for _ in range(steps):
-                step()
+        p = _profiled(m, steps)
         per_kind = dict.fromkeys(order, 0.0)
         ops: dict[str, float] = {}
         for e in p.key_averages():

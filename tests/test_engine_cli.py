@@ -168,12 +168,11 @@ def test_bad_attn_fails_before_any_data_is_generated(tmp_path, preset, monkeypat
 
 
 def test_spec_options_reach_the_record(tmp_path, preset, monkeypatch):
-    import attnbench.cli.main as cli_mod
+    from .helpers import invoke_isolated
 
-    monkeypatch.chdir(tmp_path)   # the command in this process (the CLI's own process: the tests below)
-    p = CliRunner().invoke(cli_mod.app, ["run", "lra", "--attn", "performer:features=16", "--preset", str(preset),
-                                         "--db", str(tmp_path / "o.db"), "--out", str(tmp_path / "w")],
-                           env={"COLUMNS": "200"})
+    # the command in this process (the CLI's own process: the tests below)
+    p = invoke_isolated(monkeypatch, ["run", "lra", "--attn", "performer:features=16", "--preset", str(preset),
+                                      "--db", str(tmp_path / "o.db"), "--out", str(tmp_path / "w")], cwd=tmp_path)
     assert p.exit_code == 0, p.output[-3000:]
     with Store(tmp_path / "o.db") as s:
         (m,) = s.measurements(suite="lra")

@@ -311,6 +311,19 @@ def _decays_transposed(G: torch.Tensor) -> torch.Tensor:
     return exp_floored((G[..., None, :] - G[..., :, None]).mul_(upper)) * upper
 
 
+def _unit_upper_inverse(LT: torch.Tensor) -> torch.Tensor:
+    """``X = (I + LT)^{-1}`` for a batch of strictly upper ``LT [.., C, C]`` (the transpose of ``(I + L')^{-1}``),
+    by LAPACK's trsm: ``X (I + LT) = I`` this way round reaches its column-major layout without a transposing copy;
+    ``unitriangular=True`` supplies the unit diagonal, so LT's diagonal and lower triangle are never read. On one
+    thread (:func:`attnbench.ops.threads.one_thread`: LAPACK solves the small matrices one by one, each too small
+    to share between threads); the matmul with the inverse then runs on the run's threads. Inverse + matmul beat
+    solving for the right-hand sides (benchmarks/bench_delta_rule.py); FLA's chunk forms also invert ``I + L``."""
+    C = LT.shape[-1]
+    with one_thread(LT.device.type == "cpu"):
+        return torch.linalg.solve_triangular(LT, torch.eye(C, dtype=LT.dtype, device=LT.device).expand_as(LT),
+                                             upper=True, left=False, unitriangular=True)
+
+
 def _chunk_major(x: torch.Tensor, C: int) -> torch.Tensor:
     """``[B, H, m*C, ...]`` -> ``[m*B*H, C, ...]``, chunk by chunk (one copy): chunk c's heads are rows c*BH..."""
     B, H, T = x.shape[:3]
@@ -355,16 +368,8 @@ def _delta_block(q, k, v, beta, g, S, scale: float, C: int, track: bool):
         GC = G[:, -1:]                                                        # [m BH, 1]  G_C
         kb = kb * exp_floored(GC - G).unsqueeze(-1)                           # [m BH, C, Dk]  beta_j e^{G_C-G_j} k_j
         a_c = exp_floored(GC).reshape(m, BH, 1, 1)                            # [m, BH, 1, 1]  e^{G_C} per chunk
-    # [Y_V, Y_K] = (I + L')^{-1} [V, diag(e^G) K]. The inverse's transpose X = (I + L'^T)^{-1} by LAPACK's trsm
-    # (X (I + LT) = I, LT = L'^T upper-triangular: this way round the operands reach its column-major layout
-    # without a transposing copy; unitriangular=True supplies the unit diagonal, LT's diagonal and lower triangle
-    # are never read), on one thread (ops.threads.one_thread: LAPACK solves the small matrices one by one, each
-    # too small to share between threads), then Y = X^T R by one matmul on the run's threads; inverse + matmul
-    # beat solving for both right-hand sides (benchmarks/bench_delta_rule.py). (FLA's chunk forms also invert
-    # I + L explicitly.)
-    with one_thread(LT.device.type == "cpu"):
-        X = torch.linalg.solve_triangular(LT, torch.eye(C, dtype=LT.dtype, device=LT.device).expand_as(LT),
-                                          upper=True, left=False, unitriangular=True)  # [m BH, C, C]
+    # [Y_V, Y_K] = (I + L')^{-1} [V, diag(e^G) K] = X^T R, by one matmul on the run's threads
+    X = _unit_upper_inverse(LT)                                               # [m BH, C, C]
     Y = torch.bmm(X.transpose(-1, -2), rhs).reshape(m, BH, C, Dv + Dk)          # [m, BH, C, Dv + Dk]
     YV, YK = Y[..., :Dv], Y[..., Dv:]                                         # [m, BH, C, Dv], [.., Dk]
     kbT = kb.reshape(m, BH, C, Dk).transpose(-1, -2)                          # [m, BH, Dk, C]
@@ -415,9 +420,7 @@ def _delta_one_chunk(q, k, v, beta, g, scale: float) -> torch.Tensor:
         DT = _decays_transposed(g.reshape(B * H, N).cumsum(-1))               # [BH, N, N]
         LT = LT.mul_(DT)
         P = PT.mul_(DT).transpose(-1, -2)                                     # [BH, N, N]  j <= i
-    with one_thread(LT.device.type == "cpu"):  # as in _delta_block
-        X = torch.linalg.solve_triangular(LT, torch.eye(N, dtype=LT.dtype, device=LT.device).expand_as(LT),
-                                          upper=True, left=False, unitriangular=True)  # [BH, N, N]
+    X = _unit_upper_inverse(LT)                                               # [BH, N, N]
     YV = torch.bmm(X.transpose(-1, -2), vc)                                   # [BH, N, Dv]  Delta'
     o = torch.bmm(P, YV).mul_(scale)                                          # [BH, N, Dv]
     return o.reshape(B, H, N, Dv)
