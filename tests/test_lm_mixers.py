@@ -144,6 +144,101 @@ def test_rotary_tables_are_kept_and_give_the_same_bits_as_building_them():
     assert {k for k in vars(marked)} == {k for k in vars(mixers._rotary_table) if k.startswith("_dynamo")}
 
 
+def _rotary_composed(x, start, theta):
+    """The rotation as composed ops: autograd's gradient of it is what rotary's written-out one must give."""
+    from attnbench.models.mixers import _rotary_table
+
+    d = x.shape[-1]
+    cos, sin = _rotary_table(start, x.shape[-2], d, theta, x.dtype, x.device)
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1) * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rotarys_gradient_is_the_composed_forms_to_the_bit(dtype):
+    """Outputs and input gradients equal the composed form's to the bit, in the same layouts (the output in x's, the
+    gradient contiguous), for heads as the mixers make them (a transposed view of ``[B, T, H*d]``) and contiguous,
+    one head and three, incoming gradients contiguous and transposed, at a start past 0 and an odd length."""
+    from attnbench.models.mixers import _heads
+
+    for H in (1, 3):
+        for heads_view in (True, False):
+            for g_transposed in (False, True):
+                torch.manual_seed(H)
+                x0 = torch.randn(2, 9, H * 16, dtype=dtype)
+                g = torch.randn(2, 9, H, 16, dtype=dtype).transpose(1, 2)
+                g = g if g_transposed else g.contiguous()
+                got = []
+                for form in (_rotary_composed, rotary):
+                    x = x0.clone().requires_grad_()
+                    xh = _heads(x, H) if heads_view else _heads(x, H).contiguous()
+                    xh.retain_grad()
+                    y = form(xh, 5, 10000.0)
+                    y.backward(g)
+                    got.append((y.detach(), xh.grad, xh.grad.stride(), y.stride() if H > 1 else None))
+                (y0, g0, gs0, ys0), (y1, g1, gs1, ys1) = got
+                case = (H, heads_view, g_transposed)
+                assert torch.equal(y1, y0), f"output {case}"
+                assert torch.equal(g1, g0), f"gradient {case}"
+                assert (gs1, ys1) == (gs0, ys0), f"layouts {case}"
+
+
+def _short_conv_composed(conv, x, prev=None):
+    """ShortConv's forward as it was before its window was built channels-first: the reference of its numbers."""
+    import torch.nn.functional as F
+
+    K = conv.kernel
+    prev = x.new_zeros(x.shape[0], K - 1, x.shape[-1]) if prev is None else prev
+    xp = torch.cat([prev, x], dim=1)
+    y = conv.conv(xp.transpose(1, 2)).transpose(1, 2)
+    return (F.silu(y) if conv.activation else y), xp[:, xp.shape[1] - (K - 1):]
+
+
+@pytest.mark.parametrize("bias,activation", [(False, False), (True, True), (False, True)])
+def test_short_conv_is_the_composed_form_to_the_bit(bias, activation):
+    """The window built channels-first (one copy less) gives the composed form's outputs, window and gradients (of
+    the input, the previous window, the weight and bias) to the bit, from zeros and from a carried window; with
+    ``contiguous`` the output is a contiguous copy of the same numbers."""
+    from attnbench.models.mixers import ShortConv
+
+    torch.manual_seed(0)
+    for contiguous in (False, True):
+        conv = ShortConv(24, 4, activation=activation, bias=bias, contiguous=contiguous)
+        x0, prev0, g = torch.randn(3, 11, 24), torch.randn(3, 3, 24), torch.randn(3, 11, 24)
+        for with_prev in (False, True):
+            got = []
+            for form in (_short_conv_composed, ShortConv.forward):
+                conv.zero_grad(set_to_none=True)
+                x, prev = x0.clone().requires_grad_(), prev0.clone().requires_grad_()
+                y, window = form(conv, x, prev if with_prev else None)
+                y.backward(g)
+                got.append([y.detach(), window.detach(), x.grad, conv.conv.weight.grad]
+                           + ([prev.grad] if with_prev else []) + ([conv.conv.bias.grad] if bias else []))
+            for i, (a, b) in enumerate(zip(*got)):
+                assert torch.equal(b, a), f"tensor {i} (contiguous={contiguous}, carried window={with_prev})"
+        assert y.is_contiguous() == contiguous
+
+
+def test_the_blocks_contiguous_convolution_changes_no_number():
+    """Every block's convolution (Zoology's, before the mixer) hands the mixer a contiguous copy, which only its
+    linear projections read: logits and every gradient are the same to the bit as with the transposed view, for
+    every layer kind, in float32 (where a change of order would show)."""
+    for layer in LAYER_KINDS:
+        model = small_model(layer, block_conv=3).float()
+        ids = torch.randint(0, 40, (2, 13))
+        got = []
+        for contiguous in (True, False):
+            for block in model.blocks:
+                block.block_conv.contiguous = contiguous
+            model.zero_grad(set_to_none=True)
+            logits = model(ids)
+            (logits * torch.linspace(-1, 1, logits.shape[-1])).sum().backward()
+            got.append((logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        (l1, g1), (l0, g0) = got
+        assert torch.equal(l1, l0), f"{layer}: logits"
+        for name in g0:
+            assert torch.equal(g1[name], g0[name]), f"{layer}: d{name}"
+
+
 def test_the_340m_rows_count_as_flas_models():
     """Every row of the 340m preset, built on the meta device, has the parameters of FLA's model of the same
     config (flame's transformer_340M and gla_340M; FLA's RetNet and Mamba configs at width 1024)."""

@@ -173,7 +173,8 @@ class LMBlock(nn.Module):
         mixer, with_mlp = MIXERS[cfg.layer]
         self.attn_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
         if cfg.block_conv:
-            self.block_conv = ShortConv(cfg.hidden, cfg.block_conv, activation=False)
+            # only the mixer's linear projections read its output: contiguous once, not copied by each of them
+            self.block_conv = ShortConv(cfg.hidden, cfg.block_conv, activation=False, contiguous=True)
         self.attn = mixer(cfg)
         if with_mlp and cfg.mlp_size:
             self.mlp_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)

@@ -59,20 +59,28 @@ class ShortConv(nn.Module):
     """Causal depthwise 1-D convolution over time (FLA's ``ShortConvolution``), with an optional SiLU.
 
     ``forward(x [B, T, W], prev [B, K-1, W] | None)`` -> ``(y [B, T, W], the last K-1 inputs)``: ``prev`` holds
-    the inputs before ``x`` (zeros at the start), so a sequence fed in pieces equals it fed at once."""
+    the inputs before ``x`` (zeros at the start), so a sequence fed in pieces equals it fed at once. ``y`` is a
+    transposed view of the convolution's output, or with ``contiguous`` a contiguous copy: for a convolution read
+    only by linear projections, which would each copy the view for themselves (a projection multiplies the same
+    contiguous matrix either way, so the numbers are the same to the bit; not where elementwise ops or reductions
+    read it: their backward's rounding follows the layout)."""
 
-    def __init__(self, width: int, kernel: int, activation: bool, bias: bool = False):
+    def __init__(self, width: int, kernel: int, activation: bool, bias: bool = False, contiguous: bool = False):
         super().__init__()
         self.conv = nn.Conv1d(width, width, kernel, groups=width, bias=bias)
-        self.kernel, self.activation = kernel, activation
+        self.kernel, self.activation, self.contiguous = kernel, activation, contiguous
 
     def forward(self, x: torch.Tensor, prev: Optional[torch.Tensor] = None):
         K = self.kernel
         if prev is None:
             prev = x.new_zeros(x.shape[0], K - 1, x.shape[-1])
-        xp = torch.cat([prev.to(x.dtype), x], dim=1)                          # [B, K-1+T, W]
-        y = self.conv(xp.transpose(1, 2)).transpose(1, 2)                     # [B, T, W]
-        return (F.silu(y) if self.activation else y), xp[:, xp.shape[1] - (K - 1):]
+        # the window built channels-first, in one pass: the convolution copies a transposed input to this layout
+        # before oneDNN sees it, so the numbers are the same, for one copy less
+        xp = torch.cat([prev.to(x.dtype).transpose(1, 2), x.transpose(1, 2)], dim=2)   # [B, W, K-1+T]
+        y = self.conv(xp).transpose(1, 2)                                     # [B, T, W]
+        if self.activation:
+            y = F.silu(y)
+        return (y.contiguous() if self.contiguous else y), xp[:, :, xp.shape[2] - (K - 1):].transpose(1, 2)
 
 
 def _constant_to_the_compiler(fn):
@@ -107,10 +115,34 @@ _ROTARY_TABLES: dict = {}   # by hand, not functools.lru_cache: torch.compile lo
 def rotary(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
     """Rotary position embedding, rotate-half (GPT-NeoX) layout, of ``x [B, H, T, d]`` at positions
     ``start .. start + T - 1`` (Su et al., "RoFormer", Eq. 34; FLA's ``rotary_embedding_ref``)."""
-    d = x.shape[-1]
-    cos, sin = _rotary_table(start, x.shape[-2], d, theta, x.dtype, x.device)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    cos, sin = _rotary_table(start, x.shape[-2], x.shape[-1], theta, x.dtype, x.device)
+    return _Rotary.apply(x, cos, sin)
+
+
+class _Rotary(torch.autograd.Function):
+    """``x cos + rotate_half(x) sin`` with ``rotate_half(x) = [-x2, x1]``, and its gradient ``g cos +
+    [(g sin)_2, -(g sin)_1]`` written out: autograd's gradient of the composed form scatters each half of ``g sin``
+    into a zero tensor of x's shape and adds the three (two fills, two copies, two adds of full size). Every element
+    is computed by the same two roundings as the composed form, so outputs and gradients are the same to the bit
+    (tests/test_lm_mixers.py), in the same layouts (the output in x's, the gradient contiguous)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        h = x.shape[-1] // 2
+        out = x * cos
+        out[..., :h] -= x[..., h:] * sin[..., :h]
+        out[..., h:] += x[..., :h] * sin[..., h:]
+        ctx.save_for_backward(cos, sin)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        h = g.shape[-1] // 2
+        gx = torch.mul(g, cos, out=torch.empty(g.shape, dtype=g.dtype, device=g.device))
+        gx[..., :h] += g[..., h:] * sin[..., h:]
+        gx[..., h:] -= g[..., :h] * sin[..., :h]
+        return gx, None, None
 
 
 def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
