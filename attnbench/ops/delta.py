@@ -166,10 +166,20 @@ def _check_inputs(q, k, v, beta, g, scale, initial_state, chunk_size=None) -> No
         raise ShapeError(f"{name}: argument 'chunk_size' must be a positive integer, got {chunk_size!r}")
 
 
-@functools.lru_cache(maxsize=32)
 def _upper_mask(C: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[C, C]`` upper triangle incl. the diagonal, as 0/1 in ``dtype``; cached, never written."""
+    """``[C, C]`` upper triangle incl. the diagonal, as 0/1 in ``dtype``; cached, never written. Under
+    ``torch.compile`` built in the graph (a constant the compiler folds), not read from the cache: dynamo looks
+    through ``lru_cache`` and warns of it at every compiled delta rule."""
+    if torch.compiler.is_compiling():
+        return _build_upper_mask(C, dtype, device)
+    return _cached_upper_mask(C, dtype, device)
+
+
+def _build_upper_mask(C: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.ones(C, C, dtype=torch.bool, device=device).triu().to(dtype)
+
+
+_cached_upper_mask = functools.lru_cache(maxsize=32)(_build_upper_mask)
 
 
 # ----------------------------------------------------------------------------------------------------------
