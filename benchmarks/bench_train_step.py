@@ -12,16 +12,21 @@ its products at the speed the BLAS gives those shapes.
 All forms are timed interleaved, round by round (:func:`attnbench.measure.timing.round_robin`), on the thread
 count asked (default 1); ratios come from one run. ``--compile`` adds each model under ``torch.compile`` (the
 whole step's forward and loss; the backward through AOTAutograd) in the same rounds, with its compile time.
+``--reference-forms`` adds each model's step with the shared model's reference forms in place of its fast ones
+(``rotary_reference`` for ``rotary``, ``ShortConv.forward_reference`` for its forward: the same numbers to the bit,
+tests/test_lm_mixers.py), in the same rounds: what those fast forms save, measured in one process.
 ``--profile N`` prints torch.profiler's N most expensive ops per model instead of timing; ``--breakdown`` each
 model's step by kind of op (the products the floor counts, the rest that holds a step above it).
 
     python benchmarks/bench_train_step.py --suites recall --threads 1
     python benchmarks/bench_train_step.py --suites lm,vision,lra --compile
+    python benchmarks/bench_train_step.py --suites recall,lm --reference-forms --clock cpu
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import time
@@ -105,6 +110,19 @@ def product_replay(step: Callable[[], None]) -> tuple[Callable[[], None], int]:
         for fn, ts in ops:
             fn(*ts)
     return replay, flops
+
+
+@contextlib.contextmanager
+def reference_forms():
+    """The shared model's reference forms in place of its fast ones, for the calls inside the block."""
+    from attnbench.models import mixers
+
+    fast = mixers.rotary, mixers.ShortConv.forward
+    mixers.rotary, mixers.ShortConv.forward = mixers.rotary_reference, mixers.ShortConv.forward_reference
+    try:
+        yield
+    finally:
+        mixers.rotary, mixers.ShortConv.forward = fast
 
 
 # --- the suites' models -------------------------------------------------------------------------------------
@@ -298,6 +316,9 @@ def main(argv=None) -> int:
                     help="wall time, or this process's CPU time (one thread on a busy machine: leaves out the waits "
                          "for a core)")
     ap.add_argument("--compile", action="store_true", help="also each model under torch.compile, same rounds")
+    ap.add_argument("--reference-forms", action="store_true",
+                    help="also each model with the shared model's reference forms (rotary, the short convolution) "
+                         "in place of the fast ones, same rounds")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest ops per model")
     ap.add_argument("--breakdown", action="store_true",
                     help="each model's step by kind of op (products, solve, elementwise, copies, reductions, "
@@ -332,12 +353,18 @@ def main(argv=None) -> int:
             cstep()
             info[key]["compile_s"] = time.perf_counter() - t0
             fns[key + ("compiled",)] = cstep
+        if a.reference_forms:
+            def reference(step=step):
+                with reference_forms():
+                    step()
+            fns[key + ("reference",)] = reference
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock)
     print(f"one step per model, {a.threads} thread(s), {a.clock} time, medians of {a.repeats} interleaved rounds; "
           f"floor = counted FLOPs at the rate of the step's own matrix products replayed bare")
     head = f"{'suite':7} {'model':22} {'ms/step':>8} {'GFLOP':>6} {'prod GF/s':>9} {'x floor':>7} {'x softmax':>9}"
-    print(head + ("  compiled: x eager  compile s" if a.compile else ""))
+    print(head + ("  compiled: x eager  compile s" if a.compile else "")
+          + ("  fast / reference forms" if a.reference_forms else ""))
     base: dict[str, float] = {}
     for (suite, label), d in info.items():
         if label in ("softmax", "transformer"):
@@ -351,6 +378,8 @@ def main(argv=None) -> int:
                 f"{step_s / floor:7.2f} {rel}")
         if a.compile:
             line += f"  {t[(suite, label, 'compiled')] / step_s:17.2f}  {d['compile_s']:10.1f}"
+        if a.reference_forms:
+            line += f"  {step_s / t[(suite, label, 'reference')]:23.3f}"
         print(line)
     return 0
 

@@ -34,3 +34,25 @@ def test_breakdown_shares_add_up_to_the_step(capsys):
     assert row[1] == "softmax" and float(row[2]) > 0
     assert abs(sum(shares) - 100) <= 1 and shares[0] > 0   # products are part of any step
     assert "mul" in " ".join(row[11:])                      # the costliest non-products are named
+
+
+def test_reference_forms_are_timed_beside_the_fast_ones_and_put_back(capsys):
+    """``--reference-forms``: inside the block the model calls the reference forms, after it the fast ones again;
+    each row gets the fast step's ratio to the reference forms' step."""
+    from attnbench.models import mixers
+
+    fast = (mixers.rotary, mixers.ShortConv.forward)
+    with bench.reference_forms():
+        assert (mixers.rotary, mixers.ShortConv.forward) == (mixers.rotary_reference,
+                                                              mixers.ShortConv.forward_reference)
+    assert (mixers.rotary, mixers.ShortConv.forward) == fast
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(["--suites", "recall", "--recall", "softmax", "--reference-forms", "--repeats", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "fast / reference forms" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("recall")]
+    assert row[1] == "softmax" and float(row[-1]) > 0
+    assert (mixers.rotary, mixers.ShortConv.forward) == fast

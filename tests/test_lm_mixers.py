@@ -11,7 +11,7 @@ import torch
 
 from attnbench.core.errors import AttnbenchError, UnknownNameError
 from attnbench.models.lm import LAYER_KINDS, LMConfig, build_lm
-from attnbench.models.mixers import GLAMixer, MambaMixer, rotary
+from attnbench.models.mixers import GLAMixer, MambaMixer, ShortConv, rotary, rotary_reference
 from attnbench.suites.lm.config import load_preset, parse_variant, parse_variants
 
 from .helpers import max_err, scale_of
@@ -144,15 +144,6 @@ def test_rotary_tables_are_kept_and_give_the_same_bits_as_building_them():
     assert {k for k in vars(marked)} == {k for k in vars(mixers._rotary_table) if k.startswith("_dynamo")}
 
 
-def _rotary_composed(x, start, theta):
-    """The rotation as composed ops: autograd's gradient of it is what rotary's written-out one must give."""
-    from attnbench.models.mixers import _rotary_table
-
-    d = x.shape[-1]
-    cos, sin = _rotary_table(start, x.shape[-2], d, theta, x.dtype, x.device)
-    return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1) * sin
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_rotarys_gradient_is_the_composed_forms_to_the_bit(dtype):
     """Outputs and input gradients equal the composed form's to the bit, in the same layouts (the output in x's, the
@@ -168,7 +159,7 @@ def test_rotarys_gradient_is_the_composed_forms_to_the_bit(dtype):
                 g = torch.randn(2, 9, H, 16, dtype=dtype).transpose(1, 2)
                 g = g if g_transposed else g.contiguous()
                 got = []
-                for form in (_rotary_composed, rotary):
+                for form in (rotary_reference, rotary):
                     x = x0.clone().requires_grad_()
                     xh = _heads(x, H) if heads_view else _heads(x, H).contiguous()
                     xh.retain_grad()
@@ -182,31 +173,18 @@ def test_rotarys_gradient_is_the_composed_forms_to_the_bit(dtype):
                 assert (gs1, ys1) == (gs0, ys0), f"layouts {case}"
 
 
-def _short_conv_composed(conv, x, prev=None):
-    """ShortConv's forward as it was before its window was built channels-first: the reference of its numbers."""
-    import torch.nn.functional as F
-
-    K = conv.kernel
-    prev = x.new_zeros(x.shape[0], K - 1, x.shape[-1]) if prev is None else prev
-    xp = torch.cat([prev, x], dim=1)
-    y = conv.conv(xp.transpose(1, 2)).transpose(1, 2)
-    return (F.silu(y) if conv.activation else y), xp[:, xp.shape[1] - (K - 1):]
-
-
 @pytest.mark.parametrize("bias,activation", [(False, False), (True, True), (False, True)])
 def test_short_conv_is_the_composed_form_to_the_bit(bias, activation):
     """The window built channels-first (one copy less) gives the composed form's outputs, window and gradients (of
     the input, the previous window, the weight and bias) to the bit, from zeros and from a carried window; with
     ``contiguous`` the output is a contiguous copy of the same numbers."""
-    from attnbench.models.mixers import ShortConv
-
     torch.manual_seed(0)
     for contiguous in (False, True):
         conv = ShortConv(24, 4, activation=activation, bias=bias, contiguous=contiguous)
         x0, prev0, g = torch.randn(3, 11, 24), torch.randn(3, 3, 24), torch.randn(3, 11, 24)
         for with_prev in (False, True):
             got = []
-            for form in (_short_conv_composed, ShortConv.forward):
+            for form in (ShortConv.forward_reference, ShortConv.forward):
                 conv.zero_grad(set_to_none=True)
                 x, prev = x0.clone().requires_grad_(), prev0.clone().requires_grad_()
                 y, window = form(conv, x, prev if with_prev else None)

@@ -82,6 +82,17 @@ class ShortConv(nn.Module):
             y = F.silu(y)
         return (y.contiguous() if self.contiguous else y), xp[:, :, xp.shape[2] - (K - 1):].transpose(1, 2)
 
+    def forward_reference(self, x: torch.Tensor, prev: Optional[torch.Tensor] = None):
+        """The composed form :meth:`forward` must equal to the bit (the window along time, the convolution over its
+        transposed view, the output that view, whatever ``contiguous``): for the tests and for
+        ``bench_train_step --reference-forms``."""
+        K = self.kernel
+        if prev is None:
+            prev = x.new_zeros(x.shape[0], K - 1, x.shape[-1])
+        xp = torch.cat([prev.to(x.dtype), x], dim=1)                          # [B, K-1+T, W]
+        y = self.conv(xp.transpose(1, 2)).transpose(1, 2)                     # [B, T, W]
+        return (F.silu(y) if self.activation else y), xp[:, xp.shape[1] - (K - 1):]
+
 
 def _constant_to_the_compiler(fn):
     """``torch.compiler.assume_constant_result``'s mark, set without it: that call imports torch._dynamo, seconds
@@ -117,6 +128,13 @@ def rotary(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
     ``start .. start + T - 1`` (Su et al., "RoFormer", Eq. 34; FLA's ``rotary_embedding_ref``)."""
     cos, sin = _rotary_table(start, x.shape[-2], x.shape[-1], theta, x.dtype, x.device)
     return _Rotary.apply(x, cos, sin)
+
+
+def rotary_reference(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
+    """:func:`rotary` as composed ops, whose autograd gradient :class:`_Rotary`'s must equal to the bit."""
+    d = x.shape[-1]
+    cos, sin = _rotary_table(start, x.shape[-2], d, theta, x.dtype, x.device)
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1) * sin
 
 
 class _Rotary(torch.autograd.Function):
