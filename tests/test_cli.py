@@ -199,6 +199,17 @@ def test_lra_data_dir_that_does_not_exist_is_one_line_and_records_nothing(tmp_pa
     assert not db.exists()
 
 
+@pytest.mark.parametrize("point,msg", [
+    ("mqar d=33", "--point 'mqar d=33' is not a point of preset tiny: expected one of 'mqar d=32', "),
+    (" , ", "--point is empty"),
+])
+def test_a_bad_recall_point_is_one_line_and_records_nothing(tmp_path, point, msg):
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "recall", "--attn", "softmax", "--point", point, "--db", str(db)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and msg in r.output, r.output
+    assert not db.exists()
+
+
 def test_an_lra_run_with_no_data_for_any_task_fails_and_is_recorded_failed(tmp_path):
     from attnbench.results.store import Store
 

@@ -134,10 +134,11 @@ def test_plan_prints_the_run_line_of_a_registered_suite(tmp_path):
     recs = [r for rs in _records({"softmax": [99.0, 99.5], "nala": [80.0, 85.0]}, suite="recall").values() for r in rs]
     for r in recs:
         r.params.update(preset="tiny", threads=1)
+        r.task = "mqar d=32"  # a sweep's board: the line runs its point, not the preset's default one
     p = BoardPlan("b", {"softmax": 2, "nala": 2}, {"softmax": 4, "nala": 4}, {"softmax": 60.0, "nala": 60.0}, [], [],
                   0.0, 0.0, 0.0, 0, {"softmax": [0, 1], "nala": [0, 1]})
     assert run_lines("recall", p, recs, "r.db") == [
-        "attnbench run recall --preset tiny --attn nala,softmax --seeds 2,3 --threads 1 --db r.db"]
+        "attnbench run recall --preset tiny --point 'mqar d=32' --attn nala,softmax --seeds 2,3 --threads 1 --db r.db"]
 
 
 def test_every_committed_table_says_what_more_seeds_would_tell():

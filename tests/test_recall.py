@@ -199,6 +199,22 @@ def test_presets_load_and_their_points():
     assert [p.params["seq_len"] for p in zoo.points(sweep=True) if p.hidden == 64] == [64, 128, 256, 512]
 
 
+def test_a_point_of_the_grid_runs_alone_as_the_same_cells():
+    """``--point``: one point of the sweep's grid, whose cells are the ones ``--sweep`` runs there (the same
+    identities, so either run finds the other's cells finished); a label not in the grid is a one-line error."""
+    from attnbench.suites.recall.train import plan_cells
+
+    tiny, mixers = load_preset("tiny"), parse_mixers("softmax,nala")
+    grid = plan_cells(tiny, mixers, tiny.points(sweep=True), seeds=[0, 1], device="cpu")
+    alone = plan_cells(tiny, mixers, tiny.points(only=["mqar d=32"]), seeds=[0, 1], device="cpu")
+    assert len(alone) == 8 and {c.task for c in alone} == {"mqar d=32"}
+    assert {c.config_hash for c in alone} == {c.config_hash for c in grid if c.task == "mqar d=32"}
+    assert [p.label for p in tiny.points(only=["mqar", "mqar d=32"])] == ["mqar d=32", "mqar"]  # the grid's order
+    with pytest.raises(AttnbenchError, match=r"^--point 'mqar d=33' is not a point of preset tiny: expected one of "
+                                             r"'mqar d=32', 'mqar', "):
+        tiny.points(only=["mqar d=33"])
+
+
 def _tiny_text() -> str:
     from importlib import resources
 

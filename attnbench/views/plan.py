@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import shlex
 from typing import Optional
 
 from attnbench.api import suites as suite_registry
@@ -223,17 +224,23 @@ def _hours(s: float) -> str:
     return f"{s / 60:.0f} min" if s >= 60 else (f"{s:.0f} s" if s >= 1 or s == 0 else "under 1 s")
 
 
-def _takes_attn(suite: str) -> Optional[bool]:
-    """Whether ``attnbench run SUITE`` takes ``--attn`` (rows run one by one); None: the suite has no run command."""
+def _takes(suite: str, option: str) -> Optional[bool]:
+    """Whether ``attnbench run SUITE`` takes ``--OPTION``; None: the suite has no run command."""
     registered = _registered(suite)
     if registered is None or registered.run is None:
         return None
-    return "attn" in inspect.signature(registered.run).parameters
+    return option in inspect.signature(registered.run).parameters
+
+
+def _takes_attn(suite: str) -> Optional[bool]:
+    """Whether ``attnbench run SUITE`` takes ``--attn`` (rows run one by one); None: the suite has no run command."""
+    return _takes(suite, "attn")
 
 
 def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
-    run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset and threads).
+    run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset, threads and, where
+    the run takes ``--point``, its point: a sweep's board runs alone, not the preset's default point).
     None: the suite has no run command (e.g. ingested records)."""
     takes_attn = _takes_attn(suite)
     if takes_attn is None:
@@ -255,6 +262,8 @@ def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optio
         parts = ["attnbench run", suite]
         if preset:
             parts.append(f"--preset {preset}")
+        if _takes(suite, "point"):
+            parts.append(f"--point {shlex.quote(r0.task)}")
         if takes_attn and labs:
             parts.append(f"--attn {','.join(sorted(labs))}")
         parts.append(f"--seeds {','.join(map(str, seeds))}")

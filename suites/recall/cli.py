@@ -28,6 +28,9 @@ def run_command(
                               "grid) through the real pipeline on a few generated examples: 3 steps at batch 2 on "
                               "the CPU at the first learning rate, a checkpoint and a resume, then the full run's "
                               "cost on an H100; temporary store and files unless --db / --out"),
+    point: Optional[str] = typer.Option(None, "--point", help="only these points of the preset's whole grid "
+                                        "(--sweep's), comma-separated, by the task label their records carry, "
+                                        "e.g. 'mqar d=32'"),
     *, opts: RunOptions,
 ) -> None:
     """Train token mixers on synthetic recall tasks (Zoology's MQAR, MAD's six), each at the best of a
@@ -38,8 +41,15 @@ def run_command(
     try:
         pre = load_preset(preset)
         mixers = parse_mixers(attn or pre.mixers)
+        point_labels = [p.strip() for p in point.split(",") if p.strip()] if point is not None else []
+        if point is not None and not point_labels:
+            raise AttnbenchError("--point is empty: name a point by its task label, e.g. --point 'mqar d=32'")
+        pre.points(sweep, only=point_labels)  # an unknown label fails here, before anything runs
     except (AttnbenchError, ValueError, OSError) as e:
         fail(str(e))
+    if smoke and point_labels:
+        fail("--point with --smoke: the smoke runs the preset's default point (its whole grid with --sweep); "
+             "drop --point")
     if smoke:
         clikit.exit_with(lambda: run_smoke(pre, mixers, sweep=sweep, seed=opts.only_seed(), db=opts.db, out=opts.out,
                                            console=console), opts)
@@ -47,7 +57,8 @@ def run_command(
     def run():
         from .train import run_recall
 
-        return run_recall(mixers=mixers, preset=pre, sweep=sweep, opts=opts, console=console)
+        return run_recall(mixers=mixers, preset=pre, sweep=sweep, point_labels=point_labels, opts=opts,
+                          console=console)
 
     clikit.finish(run, suite="recall", setting=pre.key, opts=opts)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from attnbench.api.registry import get_attention
 from attnbench.api.spec import check_distinct, split_spec
@@ -129,9 +129,17 @@ class RecallPreset(presets.SuitePreset):
             return self.train.steps
         return max(1, self.epochs * (point.n_train // self.train.batch_size))
 
-    def points(self, sweep: bool = False) -> list[Point]:
+    def points(self, sweep: bool = False, only: Sequence[str] = ()) -> list[Point]:
         """Each task at its default difficulty and the preset's width; with ``sweep``, every difficulty point of
-        each task (its default included) at every width of ``widths`` (the preset's width when none)."""
+        each task (its default included) at every width of ``widths`` (the preset's width when none); ``only``
+        (``--point``): those of the whole grid whose labels (the records' task) it names, in the grid's order."""
+        if only:
+            grid = self.points(sweep=True)
+            unknown = [label for label in only if label not in {p.label for p in grid}]
+            if unknown:
+                raise AttnbenchError(f"--point {unknown[0]!r} is not a point of preset {self.name}: expected one of "
+                                     + ", ".join(repr(p.label) for p in grid))
+            return [p for p in grid if p.label in only]
         base_w = int(self.model.get("hidden", LMConfig.hidden))
         out: list[Point] = []
         for t in self.tasks:

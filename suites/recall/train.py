@@ -1,7 +1,8 @@
 """The recall runner: every (task point, mixer, learning rate, seed) cell trained on the same generated data.
 
 ``attnbench run recall`` -> :func:`run_recall`. For each point of the preset (:meth:`RecallPreset.points`: each
-task at its default difficulty, or its whole difficulty grid with ``--sweep``): the data, generated once into
+task at its default difficulty, its whole difficulty grid with ``--sweep``, or the grid's points ``--point``
+names): the data, generated once into
 files (:mod:`.data`); then for each mixer and each learning rate of the preset, one cell: the causal language model
 of :mod:`attnbench.models.lm` with that mixer in every block, trained by the shared trainer
 (:mod:`attnbench.engine.train`) on the cross entropy of the asked positions only (targets not -100), validated
@@ -183,16 +184,16 @@ def _data_for(pre: RecallPreset, point: Point, cache: Path, dist: Dist) -> dict[
 
 
 def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bool = False,
-               opts: Optional[RunOptions] = None, console=None, hooks: Optional[HooksFor] = None,
-               progress: bool = True, **fields) -> SweepSummary:
+               point_labels: Sequence[str] = (), opts: Optional[RunOptions] = None, console=None,
+               hooks: Optional[HooksFor] = None, progress: bool = True, **fields) -> SweepSummary:
     """Train every applicable mixer of ``mixers`` at every learning rate of ``preset`` on each of its points (the
-    difficulty grid with ``sweep``). ``opts``: the shared run options (or single ``fields`` of them, e.g. ``db=``,
+    difficulty grid with ``sweep``; ``point_labels``: those of the grid named by them, the records' task labels). ``opts``: the shared run options (or single ``fields`` of them, e.g. ``db=``,
     ``out=``, ``seeds=``). Mixers without a causal form are reported as not applicable, with the reason."""
     opts = run_options(opts, **fields)
     seeds = opts.seeds
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
     pre = preset if isinstance(preset, RecallPreset) else load_preset(preset)
-    points = pre.points(sweep)
+    points = pre.points(sweep, only=point_labels)
     for point in points:          # every model builds at every point before any data is generated
         for m in mixers:
             if m.variant is not None:
