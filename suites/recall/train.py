@@ -1,13 +1,12 @@
 """The recall runner: every (task point, mixer, learning rate, seed) cell trained on the same generated data.
 
 ``attnbench run recall`` -> :func:`run_recall`. For each point of the preset (:meth:`RecallPreset.points`: each
-task at its default difficulty, its whole difficulty grid with ``--sweep``, or the grid's points ``--point``
-names): the data, generated once into
-files (:mod:`.data`); then for each mixer and each learning rate of the preset, one cell: the causal language model
-of :mod:`attnbench.models.lm` with that mixer in every block, trained by the shared trainer
-(:mod:`attnbench.engine.train`) on the cross entropy of the asked positions only (targets not -100), validated
-on the validation split's answers every ``eval_every`` steps (the weights of the best step are kept), then scored
-on the test split. The cells run through the shared sweep (skip finished, ``--shard``, resume from checkpoints).
+task at its default difficulty, its whole difficulty grid with ``--sweep``, or the grid's points ``--point`` names):
+the data, generated once into files (:mod:`.data`); then for each mixer and each learning rate of the preset, one
+cell: the causal language model of :mod:`attnbench.models.lm` with that mixer in every block, trained by the shared
+trainer (:mod:`attnbench.engine.train`) on the cross entropy of the asked positions only (targets not -100),
+validated on the validation split's answers every ``eval_every`` steps (the weights of the best step are kept), then
+scored on the test split. The cells run through the shared sweep (skip finished, ``--shard``, resume from checkpoints).
 Every seed trains at every rate: a seed's score is taken at the rate its validation picks (:mod:`.rates`, applied
 by the leaderboard).
 
