@@ -8,7 +8,7 @@ each dtype it accepts (float32, float16, bfloat16) at the quick check's shapes, 
 attention (unnormalised, no state; with float32 / float16 at M = 256 also the kernels that split M over programs),
 and FLA's output kernel ``chunk_fwd_kernel_o`` at the 340M DeltaNet preset with NaLa's doubled key width (K = 256)
 and at the 340M Gated DeltaNet preset (K = 256, V = 512), each in the autotuner's order until a config fits without
-spilling. About 37 compiles per arch (74 in all: 30-45 s on two shared cores).
+spilling. About 37 compiles per arch (74 in all: about 100 s on the 2-core Xeon), once a test session.
 
 The CLI (``attnbench check --aot``) is tested in this process: its option errors, and its exit code on a planted
 failure (the check itself replaced; the real one cannot compile under the interpreter, which it says in one line).

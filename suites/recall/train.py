@@ -187,7 +187,8 @@ def run_recall(*, mixers: Sequence[Mixer], preset: str | RecallPreset, sweep: bo
                hooks: Optional[HooksFor] = None, progress: bool = True, **fields) -> SweepSummary:
     """Train every applicable mixer of ``mixers`` at every learning rate of ``preset`` on each of its points (the
     difficulty grid with ``sweep``; ``point_labels``: the grid's points of those labels, the records' tasks).
-    ``opts``: the shared run options (or single ``fields`` of them, e.g. ``db=``, ``out=``, ``seeds=``). Mixers without a causal form are reported as not applicable, with the reason."""
+    ``opts``: the shared run options (or single ``fields`` of them, e.g. ``db=``, ``out=``, ``seeds=``). Mixers
+    without a causal form are reported as not applicable, with the reason."""
     opts = run_options(opts, **fields)
     seeds = opts.seeds
     run = RunContext(opts, suite=SUITE, console=console, progress=progress)
