@@ -66,7 +66,8 @@ def run_command(
 def data_recall(out: str = typer.Option(..., "--out", help="directory; one folder per task point (train.npz, "
                                         "val.npz, test.npz, params.json)"),
                 preset: str = typer.Option("tiny", "--preset", help="whose tasks and split sizes"),
-                sweep: bool = clikit.flag(False, "--sweep", help="every difficulty point, not only the default")) -> None:
+                sweep: bool = clikit.flag(False, "--sweep", help="every difficulty point, not only the default"),
+                ) -> None:
     """Generate a recall preset's task data into files (what a run generates into its work directory)."""
     from pathlib import Path
 

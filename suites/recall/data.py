@@ -44,7 +44,8 @@ class Split:
 
 
 def point_dir(cache: Path, task: str, params: dict, sizes: dict, seed: int) -> Path:
-    return Path(cache) / f"{task}-{provenance.config_hash({'task': task, 'params': params, 'sizes': sizes, 'seed': seed})}"
+    key = provenance.config_hash({"task": task, "params": params, "sizes": sizes, "seed": seed})
+    return Path(cache) / f"{task}-{key}"
 
 
 def ensure(cache: Path, task: str, params: dict, sizes: dict, seed: int) -> Path:

@@ -36,8 +36,9 @@ def smoke_preset(pre: RecallPreset) -> RecallPreset:
                                 precision=smoke_precision(pre.train.precision))
     tasks = tuple(dataclasses.replace(t, n_train=0, sweep=tuple({k: v for k, v in s.items() if k != "n_train"}
                                                                  for s in t.sweep)) for t in pre.tasks)
-    return dataclasses.replace(pre, data=DataConfig(n_train=8, n_val=4, n_test=4, seed=pre.data.seed), train=train, epochs=0,
-                               learning_rates=pre.learning_rates[:1], tasks=tasks, setting=f"{pre.key}-smoke")
+    return dataclasses.replace(pre, data=DataConfig(n_train=8, n_val=4, n_test=4, seed=pre.data.seed), train=train,
+                               epochs=0, learning_rates=pre.learning_rates[:1], tasks=tasks,
+                               setting=f"{pre.key}-smoke")
 
 
 def run_smoke(pre: RecallPreset, mixers: Sequence[Mixer], *, sweep: bool = False, seed: int = 0,
