@@ -248,6 +248,7 @@ def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optio
     r0 = next(r for r in records if r.suite == suite)
     preset = r0.params.get("preset")
     threads = r0.params.get("threads", r0.metrics.get("threads"))
+    point = r0.task if _takes(suite, "point") else None
     groups: dict[tuple, list[str]] = {}
     for lab, n in plan.seeds_planned.items():
         if n > plan.seeds_now[lab]:
@@ -262,8 +263,8 @@ def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optio
         parts = ["attnbench run", suite]
         if preset:
             parts.append(f"--preset {preset}")
-        if _takes(suite, "point"):
-            parts.append(f"--point {shlex.quote(r0.task)}")
+        if point:
+            parts.append(f"--point {shlex.quote(point)}")
         if takes_attn and labs:
             parts.append(f"--attn {','.join(sorted(labs))}")
         parts.append(f"--seeds {','.join(map(str, seeds))}")
