@@ -11,7 +11,10 @@ its products at the speed the BLAS gives those shapes.
 
 All forms are timed interleaved, round by round (:func:`attnbench.measure.timing.round_robin`), on the thread
 count asked (default 1); ratios come from one run. ``--compile`` adds each model under ``torch.compile`` (the
-whole step's forward and loss; the backward through AOTAutograd) in the same rounds, with its compile time.
+model's forward; the backward through AOTAutograd; the loss and the optimizer's step stay eager, as in the suites'
+``--compile``) in the same rounds, with its compile time; ``--compile default,reduce-overhead`` adds one column per
+mode (``reduce-overhead``: CUDA graphs, on CUDA; on the CPU it compiles as ``default``). ``--device cuda`` builds
+and steps the models on the GPU, each timed step ending with a synchronisation (wall time only).
 ``--reference-forms`` adds each model's step with the shared model's reference forms in place of its fast ones
 (``rotary_reference`` for ``rotary``, ``ShortConv.forward_reference`` for its forward: the same numbers to the bit,
 tests/test_lm_mixers.py), in the same rounds: what those fast forms save, measured in one process.
@@ -20,6 +23,7 @@ model's step by kind of op (the products the floor counts, the rest that holds a
 
     python benchmarks/bench_train_step.py --suites recall --threads 1
     python benchmarks/bench_train_step.py --suites lm,vision,lra --compile
+    python benchmarks/bench_train_step.py --suites recall --device cuda --compile default,reduce-overhead
     python benchmarks/bench_train_step.py --suites recall,lm --reference-forms --clock cpu
 """
 
@@ -39,9 +43,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from attnbench.engine.train.trainer import make_optimizer, param_groups
 from attnbench.measure.flops import count_flops
 from attnbench.measure.timing import round_robin
-from attnbench.results.provenance import machine, machine_line
+from attnbench.results.provenance import device_name, machine, machine_line
 
 MATMULS = ("mm", "bmm", "addmm", "baddbmm")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
 @dataclasses.dataclass
@@ -54,12 +59,17 @@ class Model:
     train_cfg: object            # attnbench.engine.train.TrainConfig
 
 
-def _step(m: Model, net: torch.nn.Module) -> Callable[[], None]:
+def _step(m: Model, net: torch.nn.Module, graphs: bool = False) -> Callable[[], None]:
+    """One training step of ``m`` through ``net`` (the module, or it compiled); ``graphs``: ``net`` replays CUDA
+    graphs (``mode="reduce-overhead"``), so each step tells them a new iteration begins (the last step's outputs,
+    read by then, may be overwritten)."""
     cfg = m.train_cfg
     opt = make_optimizer(param_groups(m.module, cfg), cfg)
     params = [p for p in m.module.parameters() if p.requires_grad]
 
     def step():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         m.loss(net).backward()
         if cfg.clip_grad_value:
@@ -68,6 +78,14 @@ def _step(m: Model, net: torch.nn.Module) -> Callable[[], None]:
             torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad_norm)
         opt.step()
     return step
+
+
+def _synced(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` that returns once the GPU has finished its work (a wall clock around it then times that work)."""
+    def call():
+        fn()
+        torch.cuda.synchronize()
+    return call
 
 
 class _Products(TorchDispatchMode):
@@ -82,14 +100,14 @@ class _Products(TorchDispatchMode):
         if name in MATMULS:
             ops = [a for a in args if isinstance(a, torch.Tensor)]
             self.calls.append((name, tuple((tuple(t.shape), t.dim() >= 2 and t.stride(-2) == 1 and t.shape[-2] > 1)
-                                           for t in ops)))
+                                           for t in ops), ops[-1].dtype, ops[-1].device))
         return func(*args, **(kwargs or {}))
 
 
-def _operand(shape: tuple, transposed: bool) -> torch.Tensor:
+def _operand(shape: tuple, transposed: bool, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if transposed:
-        return torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
-    return torch.randn(*shape)
+        return torch.randn(*shape[:-2], shape[-1], shape[-2], dtype=dtype, device=device).transpose(-1, -2)
+    return torch.randn(*shape, dtype=dtype, device=device)
 
 
 def product_replay(step: Callable[[], None]) -> tuple[Callable[[], None], int]:
@@ -98,8 +116,8 @@ def product_replay(step: Callable[[], None]) -> tuple[Callable[[], None], int]:
     with _Products() as rec:
         step()
     ops, flops = [], 0
-    for name, operands in rec.calls:
-        ts = [_operand(s, t) for s, t in operands]
+    for name, operands, dtype, device in rec.calls:
+        ts = [_operand(s, t, dtype, device) for s, t in operands]
         fn = getattr(torch, name)
         ops.append((fn, ts))
         mats = [s for s, _ in operands][-2:]          # addmm / baddbmm: (bias, a, b)
@@ -126,7 +144,7 @@ def reference_forms():
 
 
 # --- the suites' models -------------------------------------------------------------------------------------
-def recall_models(names: str | None) -> list[Model]:
+def recall_models(names: str | None, device: torch.device) -> list[Model]:
     from attnbench.suites.recall.config import load_preset, parse_mixers
     from attnbench.suites.recall.model import build_model
     from attnbench.suites.recall.tasks import generate
@@ -136,18 +154,18 @@ def recall_models(names: str | None) -> list[Model]:
     point = pre.points()[0]
     cfg = pre.train
     ex = generate(point.task, cfg.batch_size, point.params, 0)
-    x, y = torch.as_tensor(ex[0]), torch.as_tensor(ex[1])
+    x, y = torch.as_tensor(ex[0]).to(device), torch.as_tensor(ex[1]).to(device)
     out = []
     for m in parse_mixers(names or pre.mixers):
         if m.variant is None:
             continue
         torch.manual_seed(0)
-        model = build_model(pre.model_config(m, point), point.task)
+        model = build_model(pre.model_config(m, point), point.task).to(device)
         out.append(Model("recall", m.label, model, lambda net, x=x, y=y: masked_loss(net(x), y), cfg))
     return out
 
 
-def lm_models(names: str | None) -> list[Model]:
+def lm_models(names: str | None, device: torch.device) -> list[Model]:
     from attnbench.models.lm import build_lm
     from attnbench.models.variants import parse_variant
     from attnbench.suites.lm.cli import TABLE_ROWS
@@ -156,12 +174,12 @@ def lm_models(names: str | None) -> list[Model]:
 
     pre = load_preset("tiny")
     ids = torch.randint(0, pre.data.vocab_size, (pre.train.batch_size, pre.data.seq_len + 1),
-                        generator=torch.Generator().manual_seed(0))
+                        generator=torch.Generator().manual_seed(0)).to(device)
     out = []
     for name in (names or TABLE_ROWS).split(","):
         v = parse_variant(name)
         torch.manual_seed(0)
-        model = build_lm(pre.model_config(v, pre.data.vocab_size))
+        model = build_lm(pre.model_config(v, pre.data.vocab_size)).to(device)
         out.append(Model("lm", v.label, model, lambda net: next_token_loss(net, ids), pre.train))
     return out
 
@@ -169,7 +187,7 @@ def lm_models(names: str | None) -> list[Model]:
 VISION_DEFAULT = "softmax,linear,relu_linear,performer,cosformer,hedgehog,polaformer,nala,mirrorla,stella,flatten"
 
 
-def vision_models(names: str | None) -> list[Model]:
+def vision_models(names: str | None, device: torch.device) -> list[Model]:
     from attnbench.api.spec import AttentionSpec
     from attnbench.image.classify import build_classifier, recipe_loss
     from attnbench.suites.vision.config import load_preset
@@ -178,18 +196,19 @@ def vision_models(names: str | None) -> list[Model]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(pre.train.batch_size, 3, pre.data.image_size, pre.data.image_size, generator=g)
     y = torch.randint(0, 10, (pre.train.batch_size,), generator=g)
+    x, y = x.to(device), y.to(device)
     _, criterion = recipe_loss(pre, 10)
     out = []
     for name in (names or VISION_DEFAULT).split(","):
         spec = AttentionSpec.parse(name)
         spec = spec.with_defaults(pre.options_for(spec.name))
         torch.manual_seed(0)
-        model = build_classifier(spec, pre, 10)
+        model = build_classifier(spec, pre, 10).to(device)
         out.append(Model("vision", spec.label, model, lambda net: criterion(net(x).float(), y), pre.train))
     return out
 
 
-def lra_models(names: str | None) -> list[Model]:
+def lra_models(names: str | None, device: torch.device) -> list[Model]:
     from attnbench.api.spec import AttentionSpec
     from attnbench.suites.lra.config import load_preset
     from attnbench.suites.lra.model import build_model
@@ -203,6 +222,7 @@ def lra_models(names: str | None) -> list[Model]:
     x = torch.randint(1, vocab, (task.batch_size, task.seq_len), generator=g)
     x[:, -8:] = 0                                  # some padding, as the generated trees are shorter than seq_len
     y = torch.randint(0, 10, (task.batch_size,), generator=g)
+    x, y = x.to(device), y.to(device)
     out = []
     for name in (names or VISION_DEFAULT).split(","):
         spec = AttentionSpec.parse(name)
@@ -210,7 +230,7 @@ def lra_models(names: str | None) -> list[Model]:
         torch.manual_seed(0)
         model = build_model(spec, vocab_size=vocab, num_classes=10, seq_len=task.seq_len, pair=False, pad_id=0,
                             dim=m.dim, ffn_dim=m.ffn_dim, heads=m.heads, head_dim=m.head_dim, layers=m.layers,
-                            dropout=m.dropout)
+                            dropout=m.dropout).to(device)
         out.append(Model("lra", spec.label, model, lambda net: F.cross_entropy(net(x).float(), y),
                          train_config(task)))
     return out
@@ -315,7 +335,10 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time, or this process's CPU time (one thread on a busy machine: leaves out the waits "
                          "for a core)")
-    ap.add_argument("--compile", action="store_true", help="also each model under torch.compile, same rounds")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N]: the models built and stepped there")
+    ap.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODES",
+                    help="also each model under torch.compile, same rounds; MODES: comma-separated torch.compile "
+                         f"modes, of {', '.join(COMPILE_MODES)} (default: default)")
     ap.add_argument("--reference-forms", action="store_true",
                     help="also each model with the shared model's reference forms (rotary, the short convolution) "
                          "in place of the fast ones, same rounds")
@@ -328,42 +351,65 @@ def main(argv=None) -> int:
     if unknown:
         print(f"--suites: unknown {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)
         return 2
+    modes = a.compile.split(",") if a.compile else []
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if bad:
+        print(f"--compile: unknown mode {', '.join(bad)}; choose from {', '.join(COMPILE_MODES)}", file=sys.stderr)
+        return 2
+    try:
+        device = torch.device(a.device)
+    except RuntimeError:
+        print(f"--device: {a.device!r} is not a device; give cpu or cuda[:N]", file=sys.stderr)
+        return 2
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print(f"--device {a.device}: this torch sees no CUDA device; run on the CPU (--device cpu)", file=sys.stderr)
+        return 2
+    if cuda and a.clock == "cpu":
+        print("--clock cpu times this process's CPU only, not the GPU's work: use --clock wall with --device cuda",
+              file=sys.stderr)
+        return 2
     torch.set_num_threads(a.threads)
     print(machine_line(machine(threads=a.threads)))
-    models = [m for s in a.suites.split(",") for m in SUITES[s](getattr(a, s))]
+    if cuda:
+        print(f"device: {device_name(str(device))} · CUDA {torch.version.cuda} · each timed step ends with "
+              f"torch.cuda.synchronize()")
+    models = [m for s in a.suites.split(",") for m in SUITES[s](getattr(a, s), device)]
     if a.profile:
         _profile(models, a.profile)
         return 0
     if a.breakdown:
         _breakdown(models)
         return 0
+    synced = _synced if cuda else (lambda fn: fn)
     fns, info = {}, {}
     for m in models:
         key = (m.suite, m.label)
         step = _step(m, m.module)
         flops = count_flops(lambda: m.loss(m.module).backward())
         replay, replay_flops = product_replay(step)
-        fns[key + ("eager",)] = step
-        fns[key + ("products",)] = replay
+        fns[key + ("eager",)] = synced(step)
+        fns[key + ("products",)] = synced(replay)
         info[key] = {"flops": flops, "replay_flops": replay_flops}
-        if a.compile:
-            compiled = torch.compile(m.module)
-            cstep = _step(m, compiled)
+        for mode in modes:
+            # a fresh compile per mode: one torch.compile object compiles its graphs once, for the first mode
+            compiled = torch.compile(m.module, mode=None if mode == "default" else mode)
+            cstep = synced(_step(m, compiled, graphs=cuda and mode == "reduce-overhead"))
             t0 = time.perf_counter()
             cstep()
-            info[key]["compile_s"] = time.perf_counter() - t0
-            fns[key + ("compiled",)] = cstep
+            info[key][f"compile_s {mode}"] = time.perf_counter() - t0
+            fns[key + (mode,)] = cstep
         if a.reference_forms:
             def reference(step=step):
                 with reference_forms():
                     step()
-            fns[key + ("reference",)] = reference
+            fns[key + ("reference",)] = synced(reference)
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock)
     print(f"one step per model, {a.threads} thread(s), {a.clock} time, medians of {a.repeats} interleaved rounds; "
           f"floor = counted FLOPs at the rate of the step's own matrix products replayed bare")
     head = f"{'suite':7} {'model':22} {'ms/step':>8} {'GFLOP':>6} {'prod GF/s':>9} {'x floor':>7} {'x softmax':>9}"
-    print(head + ("  compiled: x eager  compile s" if a.compile else "")
+    print(head + "".join(f"  {mode}: x eager  compile s" for mode in modes)
           + ("  fast / reference forms" if a.reference_forms else ""))
     base: dict[str, float] = {}
     for (suite, label), d in info.items():
@@ -376,8 +422,8 @@ def main(argv=None) -> int:
         rel = f"{step_s / base[suite]:9.2f}" if suite in base else f"{'':>9}"
         line = (f"{suite:7} {label:22} {step_s * 1e3:8.1f} {d['flops'] / 1e9:6.2f} {rate / 1e9:9.1f} "
                 f"{step_s / floor:7.2f} {rel}")
-        if a.compile:
-            line += f"  {t[(suite, label, 'compiled')] / step_s:17.2f}  {d['compile_s']:10.1f}"
+        for mode in modes:
+            line += f"  {t[(suite, label, mode)] / step_s:{len(mode) + 9}.2f}  {d[f'compile_s {mode}']:9.1f}"
         if a.reference_forms:
             line += f"  {step_s / t[(suite, label, 'reference')]:23.3f}"
         print(line)

@@ -5,13 +5,16 @@ Standard library only: it runs before attnbench is installed, under the node's o
 
     python3 scripts/gpu_campaign.py run --wheels DIR_OR_ARCHIVE... --out OUT [--budget 6] [--timeout 540]
                                         [--env DIR] [-- DOCTOR OPTIONS...]
+    python3 scripts/gpu_campaign.py step --wheels DIR_OR_ARCHIVE... --out OUT [--timeout 240] [--env DIR]
+                                         [-- BENCH_TRAIN_STEP OPTIONS...]
     python3 scripts/gpu_campaign.py pack --out wheels.tar.xz DIR_OR_WHEEL...
 
 ``run``, in order, everything it prints also in OUT/campaign.log:
 
 1. the node: ``pip list --format=freeze`` into OUT/node.txt (what ``attnbench bundle --have`` reads), the GPU;
-2. an overlay environment (``--env``, default a temporary folder): a venv without pip whose one ``.pth`` adds the
-   node's site-packages with ``site.addsitedir``. The node's packages are seen there and never changed;
+2. an overlay environment (``--env``, default a temporary folder; an overlay an earlier campaign made there is used
+   again): a venv without pip whose one ``.pth`` adds the node's site-packages with ``site.addsitedir``. The node's
+   packages are seen there and never changed;
 3. the carried wheels installed into it as they are (``--no-index --no-deps``: the bundle was resolved against the
    node by ``attnbench bundle --have node.txt``, and pip's resolver is kept out, so that a requirement the image
    itself leaves unmet cannot stop the run). A carried wheel of the node's GPU stack (torch, Triton, CUDA libraries,
@@ -21,9 +24,13 @@ Standard library only: it runs before attnbench is installed, under the node's o
    seconds it gets SIGTERM (it keeps its finished steps and writes doctor.md), 60 s later SIGKILL;
 5. the doctor's records to OUT/doctor.jsonl and the smokes' (OUT/smokes.db) to OUT/smokes.jsonl.
 
-Exit code: the doctor's (0 ok, 1 a failure, 130 stopped at the timeout); 2 when the campaign itself could not go
-on (bad option, no attnbench wheel, a wheel that would replace the node's GPU stack, a failed install), with one
-line saying why.
+``step`` does 1-3 alike, then in place of 4-5 runs ``benchmarks/bench_train_step.py`` (beside this script's folder)
+with the options after ``--``, its output also in OUT/train-step.txt: the small models' training step, eager and
+compiled, in one run (issue 47's GPU measurement).
+
+Exit code: the doctor's or the benchmark's (0 ok, 1 a failure, 130 stopped at the timeout, -15 / -9 a benchmark
+stopped there); 2 when the campaign itself could not go on (bad option, no attnbench wheel, a wheel that would
+replace the node's GPU stack, a failed install), with one line saying why.
 
 ``pack`` writes the wheels as one xz archive of their unpacked files, which ``run --wheels`` takes as it takes a
 folder: for a transfer with a size limit, a compiled wheel's files often shrink to half in xz (zip's deflate
@@ -33,6 +40,7 @@ compresses file by file); the wheels are zipped again on the node, byte for byte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -51,6 +59,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 STOP_GRACE_S = 60.0  # after SIGTERM, the doctor writes its summary; then it is killed
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train_step.py"   # what `step` runs
 
 
 class CampaignError(Exception):
@@ -187,18 +196,24 @@ def shadowed(node: dict[str, str], site_dir: Path) -> list[str]:
     return out
 
 
+NODE_PTH = "_node_site.pth"   # the overlay's one .pth: the node's site-packages
+
+
 def overlay(node_python: str, env: Path, log) -> tuple[Path, Path]:
     """A venv at ``env`` that sees the node's site-packages (through their own .pth files too): its python and its
     own site-packages."""
     probe = ("import json, site, sys; print(json.dumps([sys.version_info[:2], "
              "site.getsitepackages() + [site.getusersitepackages()]]))")
     version, dirs = json.loads(run_ok([node_python, "-c", probe], "the node's Python", log))
-    if env.exists() and any(env.iterdir()):
-        raise CampaignError(f"--env {env} exists and is not empty: give a new folder")
-    run_ok([node_python, "-m", "venv", "--without-pip", str(env)], "making the overlay venv", log)
     site_dir = env / "lib" / f"python{version[0]}.{version[1]}" / "site-packages"
+    if (site_dir / NODE_PTH).is_file():
+        log(f"campaign: the overlay at {env} is used again")
+        return env / "bin" / "python", site_dir
+    if env.exists() and any(env.iterdir()):
+        raise CampaignError(f"--env {env} exists, is not empty and is not a campaign's overlay: give a new folder")
+    run_ok([node_python, "-m", "venv", "--without-pip", str(env)], "making the overlay venv", log)
     dirs = [d for d in dirs if Path(d).is_dir()]
-    (site_dir / "_node_site.pth").write_text(
+    (site_dir / NODE_PTH).write_text(
         "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n")
     return env / "bin" / "python", site_dir
 
@@ -244,8 +259,10 @@ def why(output: str) -> str:
     return (errors or lines or ["(no output)"])[-1]
 
 
-def stream(argv: Sequence[str], log: Log, timeout_s: Optional[float], env: dict) -> int:
-    """Run the doctor, its output line by line into the log; SIGTERM at ``timeout_s``, SIGKILL after the grace."""
+def stream(name: str, argv: Sequence[str], log: Log, timeout_s: Optional[float], env: dict,
+           copy: Optional[Path] = None) -> int:
+    """Run the job ``name``, its output line by line into the log (and ``copy``); SIGTERM at ``timeout_s``, SIGKILL
+    after the grace."""
     log(f"$ {shlex.join(map(str, argv))}")
     proc = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -265,13 +282,17 @@ def stream(argv: Sequence[str], log: Log, timeout_s: Optional[float], env: dict)
     if timer:
         timer.daemon = True
         timer.start()
-    for line in proc.stdout:
-        log(line.rstrip("\n"))
+    with (copy.open("w", encoding="utf-8") if copy else contextlib.nullcontext()) as f:
+        for line in proc.stdout:
+            log(line.rstrip("\n"))
+            if f:
+                f.write(line)
+                f.flush()
     code = proc.wait()
     if timer:
         timer.cancel()
     if stopped:
-        log(f"campaign: the doctor was stopped at --timeout {timeout_s:g} s ({' then '.join(stopped)})")
+        log(f"campaign: {name} was stopped at --timeout {timeout_s:g} s ({' then '.join(stopped)})")
     return code
 
 
@@ -326,10 +347,15 @@ def campaign(args: argparse.Namespace) -> int:
                 ours = dist_name(line.split(" ", 1)[0]) in carried
                 log(f"campaign: pip check: {line}" + ("" if ours else " (the node's own)"))
             log(f"installed in {time.monotonic() - t0:.0f} s")
+            if args.command == "step":
+                code = stream("bench_train_step", [py, BENCH, *args.rest], log, args.timeout, env,
+                              copy=out / "train-step.txt")
+                log(f"campaign: bench_train_step exit {code} after {time.monotonic() - t0:.0f} s")
+                return code
             attnbench = [py, "-m", "attnbench.cli.main"]
             doctor = [*attnbench, "doctor", "--budget", f"{args.budget:g}", "--db", out / "store.db",
-                      "--out", out, *args.doctor]
-            code = stream(doctor, log, args.timeout, env)
+                      "--out", out, *args.rest]
+            code = stream("the doctor", doctor, log, args.timeout, env)
             log(f"campaign: doctor exit {code} after {time.monotonic() - t0:.0f} s")
             for db, name, suite in ((out / "store.db", "doctor.jsonl", ["--suite", "doctor"]),
                                     (out / "smokes.db", "smokes.jsonl", [])):
@@ -349,24 +375,31 @@ def campaign(args: argparse.Namespace) -> int:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     argv = list(argv)
-    doctor = argv[argv.index("--") + 1:] if "--" in argv else []
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog="gpu_campaign.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="install the carried wheels into an overlay of the node's Python, run the doctor")
-    r.add_argument("--wheels", nargs="+", required=True, help="folders of wheels, .whl files, packed .tar.xz")
-    r.add_argument("--out", required=True, help="where the log, node.txt, the stores, doctor.md and the .jsonl go")
-    r.add_argument("--python", default=sys.executable, help="the node's Python, which has torch (default: this one)")
+    s = sub.add_parser("step", help="install as `run` does, then time the small models' training step "
+                                    "(benchmarks/bench_train_step.py, its options after --)")
+    for p in (r, s):
+        p.add_argument("--wheels", nargs="+", required=True, help="folders of wheels, .whl files, packed .tar.xz")
+        p.add_argument("--out", required=True, help="where the log, node.txt and what the job writes go")
+        p.add_argument("--python", default=sys.executable, help="the node's Python, which has torch (default: this "
+                                                                "one)")
+        p.add_argument("--timeout", type=float, default=None, help="seconds after which the job is stopped")
+        p.add_argument("--env", default=None, help="the overlay venv's folder (default: temporary; an overlay an "
+                                                   "earlier campaign made there is used again)")
     r.add_argument("--budget", type=float, default=6.0, help="the doctor's budget in minutes (default 6)")
-    r.add_argument("--timeout", type=float, default=None, help="seconds after which the doctor is stopped")
-    r.add_argument("--env", default=None, help="the overlay venv's folder (default: temporary)")
     p = sub.add_parser("pack", help="wheels into one .tar.xz of their files (smaller to carry)")
     p.add_argument("sources", nargs="+", help="wheel files or folders of them")
     p.add_argument("--out", required=True, help="the .tar.xz to write")
     args = parser.parse_args(argv)
-    args.doctor = doctor
-    if args.command == "run" and (args.budget <= 0 or (args.timeout is not None and args.timeout <= 0)):
-        parser.error("--budget and --timeout must be positive")
+    args.rest = rest
+    if args.command == "run" and args.budget <= 0:
+        parser.error("--budget must be positive")
+    if args.command in ("run", "step") and args.timeout is not None and args.timeout <= 0:
+        parser.error("--timeout must be positive")
     return args
 
 

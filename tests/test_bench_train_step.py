@@ -1,10 +1,11 @@
-"""benchmarks/bench_train_step.py's --breakdown: every profiler event lands in one kind, and the kinds account for the
-whole profiled step."""
+"""benchmarks/bench_train_step.py: --breakdown's kinds account for the whole profiled step, --reference-forms are
+timed and put back, a bad option is a one-line error."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from .helpers import load_file
@@ -56,3 +57,19 @@ def test_reference_forms_are_timed_beside_the_fast_ones_and_put_back(capsys):
     (row,) = [line.split() for line in out.splitlines() if line.startswith("recall")]
     assert row[1] == "softmax" and float(row[-1]) > 0
     assert (mixers.rotary, mixers.ShortConv.forward) == fast
+
+
+NO_CUDA = "--device cuda: this torch sees no CUDA device"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--compile", "fast"], "--compile: unknown mode fast"),
+    (["--device", "nowhere"], "--device: 'nowhere' is not a device"),
+    (["--device", "cuda", "--clock", "cpu"], "--clock cpu times this process's CPU only"),
+])
+def test_bad_options_are_one_line_errors(argv, says, capsys):
+    if "cuda" in argv and not torch.cuda.is_available():
+        says = NO_CUDA              # said first: without a GPU the clock is not the problem
+    assert bench.main(["--suites", "recall", "--recall", "softmax", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(says) and "\n" not in err

@@ -76,6 +76,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     with pytest.raises(campaign.CampaignError, match="not a readable .tar.xz"):
         campaign.gather([str(tmp_path / "junk.tar.xz")], tmp_path)
     assert run_script("run", "--wheels", str(src), "--out", str(tmp_path), "--budget", "0").returncode == 2
+    assert run_script("step", "--wheels", str(src), "--out", str(tmp_path), "--timeout", "0").returncode == 2
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("")
+    own = fake_wheel(tmp_path / "used", "attnbench", "0.1.0")
+    r = run_script("step", "--wheels", str(own), "--out", str(tmp_path / "out"), "--env", str(tmp_path / "used"))
+    assert r.returncode == 2 and "is not empty and is not a campaign's overlay" in r.stdout.splitlines()[-1]
 
 
 def test_the_node_gpu_stack_is_never_replaced_and_shadowing_is_named(tmp_path):
@@ -112,7 +118,7 @@ def offline() -> tuple[str, ...]:
 
 def test_campaign_installs_offline_and_runs_the_doctor(own_wheel, tmp_path):
     """The whole campaign on the CPU: the overlay imports the carried attnbench, the doctor's records come back as
-    jsonl, and the node's packages are what they were."""
+    jsonl, `step` times the training step through the same overlay, and the node's packages are what they were."""
     out, env = tmp_path / "out", tmp_path / "env"
     before = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True,
                             text=True).stdout
@@ -129,6 +135,13 @@ def test_campaign_installs_offline_and_runs_the_doctor(own_wheel, tmp_path):
     where = subprocess.run([str(env / "bin" / "python"), "-P", "-c", "import attnbench; print(attnbench.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path).stdout
     assert where.startswith(str(env)), where
+    # `step` in the same overlay (a second call on a node still warm): the training-step benchmark runs through it
+    r = run_script("step", "--wheels", str(own_wheel), "--out", str(out / "step"), "--env", str(env), "--",
+                   "--suites", "recall", "--recall", "softmax", "--repeats", "1", prefix=offline())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert f"the overlay at {env} is used again" in (out / "step" / "campaign.log").read_text()
+    rows = [line.split() for line in (out / "step" / "train-step.txt").read_text().splitlines()]
+    assert [row[:2] for row in rows if row[:1] == ["recall"]] == [["recall", "softmax"]]
     after = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True,
                            text=True).stdout
     assert after == before
