@@ -42,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnbench.engine.train.trainer import make_optimizer, param_groups
 from attnbench.measure.flops import count_flops
+from attnbench.measure.peak import keep_freed_memory
 from attnbench.measure.timing import round_robin
 from attnbench.results.provenance import device_name, machine, machine_line
 
@@ -370,6 +371,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     torch.set_num_threads(a.threads)
+    keep_freed_memory()   # as every run does: the steps are timed with the allocator the suites train with
     print(machine_line(machine(threads=a.threads)))
     if cuda:
         print(f"device: {device_name(str(device))} · CUDA {torch.version.cuda} · each timed step ends with "
