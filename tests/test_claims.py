@@ -61,6 +61,16 @@ def test_verdict_rule_uses_the_whole_interval():
         Criterion("x", "<", 0.0, -1.0, "fails_at on the claimed side")
 
 
+def test_a_statistic_is_shown_with_its_interval_or_why_it_has_no_value():
+    from attnbench.suites.claims.leaderboard import st_short
+
+    assert st_short(Statistic.exact(0.5).to_dict()) == "0.5"
+    assert st_short(Statistic(1.73, 1.73, math.inf, "censored").to_dict()) == "1.73 [1.73, inf]"
+    nan = float("nan")
+    assert st_short(Statistic(nan, nan, nan, "neither converged").to_dict()) == "no value (neither converged)"
+    assert st_short({"value": None}) == "-"
+
+
 def test_spearman_interval_and_pooling():
     x = list(range(100))
     st, p = spearman(x, [-v for v in x])

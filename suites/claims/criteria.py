@@ -77,11 +77,6 @@ class Statistic:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def short(self) -> str:
-        if self.interval == "exact":
-            return f"{self.value:.4g}"
-        return f"{self.value:.4g} [{self.lo:.3g}, {self.hi:.3g}]"
-
 
 def ranks(x: np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank."""

@@ -4,6 +4,7 @@ and the verdict; skipped cells say why. Torch-free."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from attnbench.results.records import Measurement
@@ -16,10 +17,13 @@ ORDER = ("nala-entropy", "nala-nonneg", "mirrorla-isometry", "mirrorla-truncatio
 
 
 def st_short(st: dict) -> str:
-    """A recorded statistic as text: the value, and its interval unless exact."""
+    """A recorded statistic as text: the value, and its interval unless exact; a statistic without a value (NaN: its
+    inputs do not define one, e.g. neither solver converged) says why instead."""
     v, lo, hi = st.get("value"), st.get("lo"), st.get("hi")
     if v is None:
         return "-"
+    if math.isnan(v):
+        return f"no value ({st.get('interval') or 'undefined'})"
     if st.get("interval") == "exact" or lo is None:
         return f"{v:.4g}"
     return f"{v:.4g} [{lo:.3g}, {hi:.3g}]"
