@@ -28,8 +28,8 @@ Standard library only: it runs before attnbench is installed, under the node's o
 with the options after ``--``, its output also in OUT/train-step.txt: the small models' training step, eager and
 compiled, in one run (issue 47's GPU measurement).
 
-Exit code: the doctor's or the benchmark's (0 ok, 1 a failure, 130 stopped at the timeout, -15 / -9 a benchmark
-stopped there); 2 when the campaign itself could not go on (bad option, no attnbench wheel, a wheel that would
+Exit code: the doctor's or the benchmark's (0 ok, 1 a failure; stopped at the timeout: the doctor 130, the
+benchmark 143 or 137, SIGTERM or SIGKILL); 2 when the campaign itself could not go on (bad option, no attnbench wheel, a wheel that would
 replace the node's GPU stack, a failed install), with one line saying why.
 
 ``pack`` writes the wheels as one xz archive of their unpacked files, which ``run --wheels`` takes as it takes a
@@ -350,6 +350,7 @@ def campaign(args: argparse.Namespace) -> int:
             if args.command == "step":
                 code = stream("bench_train_step", [py, BENCH, *args.rest], log, args.timeout, env,
                               copy=out / "train-step.txt")
+                code = 128 - code if code < 0 else code       # killed by a signal: the shell's 128 + N
                 log(f"campaign: bench_train_step exit {code} after {time.monotonic() - t0:.0f} s")
                 return code
             attnbench = [py, "-m", "attnbench.cli.main"]
