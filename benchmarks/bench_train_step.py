@@ -394,7 +394,7 @@ def main(argv=None) -> int:
         fns[key + ("products",)] = synced(replay)
         info[key] = {"flops": flops, "replay_flops": replay_flops}
         for mode in modes:
-            # a fresh compile per mode: one torch.compile object compiles its graphs once, for the first mode
+            # one torch.compile wrapper per mode: a wrapper's mode is fixed when it is made
             compiled = torch.compile(m.module, mode=None if mode == "default" else mode)
             cstep = synced(_step(m, compiled, graphs=cuda and mode == "reduce-overhead"))
             t0 = time.perf_counter()
