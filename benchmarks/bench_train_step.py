@@ -400,6 +400,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             cstep()
             info[key][f"compile_s {mode}"] = time.perf_counter() - t0
+            print(f"compiled: {m.suite} · {m.label} · {mode} in {info[key][f'compile_s {mode}']:.1f} s", flush=True)
             fns[key + (mode,)] = cstep
         if a.reference_forms:
             def reference(step=step):
