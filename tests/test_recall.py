@@ -396,6 +396,27 @@ def test_the_table_scores_each_seed_at_its_rate_and_leaves_out_unfinished_sweeps
     assert "Left out until they have trained at every rate: linear (seed 2), softmax (seed 0,1)." in cap
 
 
+def test_the_ordering_across_seeds_reads_the_seeds_every_row_has():
+    """A planned run gives some rows more seeds: the rows' ordering is compared over the seeds all rows share, every
+    row kept (a seed only some rows have orders only them); with fewer shared, over the rows that have every seed."""
+    from attnbench.suites.recall.leaderboard import order_stability
+
+    def rows(seeds_of):
+        return {m: [_planted(m, s, 1e-3, 0.5, score) for s, score in seeds.items()] for m, seeds in seeds_of.items()}
+
+    alike = {"a": {0: 90.0, 1: 91.0}, "b": {0: 80.0, 1: 81.0}, "c": {0: 70.0, 1: 71.0}}
+    assert order_stability(rows(alike)) == (" Ordering across seeds: mean Kendall τ 1.00 between the 2 seeds' "
+                                            "orderings of the 3 rows (1: the same order).")
+    more = {**alike, "a": {**alike["a"], 2: 10.0, 3: 95.0}, "b": {**alike["b"], 2: 99.0, 3: 5.0}}
+    assert order_stability(rows(more)) == (" Ordering across seeds: mean Kendall τ 1.00 between the 2 seeds' "
+                                           "orderings of the 3 rows (the seeds every row has; 1: the same order).")
+    # under two seeds shared: the rows that have every seed (here none of the four), so no ordering is claimed
+    assert order_stability(rows({**alike, "d": {5: 1.0}})) == ""
+    assert order_stability(rows({**alike, "d": {0: 1.0, 1: 2.0, 5: 3.0}})).endswith("orderings of the 4 rows (the "
+                                                                                 "seeds every row has; 1: the same "
+                                                                                 "order).")
+
+
 def test_a_bad_width_is_refused_before_any_data(tmp_path):
     from attnbench.suites.recall.train import run_recall
 

@@ -77,12 +77,22 @@ def _picked(rs: list[Measurement]) -> str:
 
 def order_stability(rows: dict[str, list[Measurement]]) -> str:
     """How alike the seeds order the rows: the mean Kendall tau over pairs of seeds of the rows' test accuracies
-    (1: every seed orders them alike), over the rows that have every seed."""
+    (1: every seed orders them alike). Over every row and the seeds all of them have, when they share two or more (a
+    planned run gives some rows more seeds than others: those seeds order only some rows); else over the rows that
+    have every seed."""
     from scipy.stats import kendalltau
 
-    seeds = sorted({r.seed for rs in rows.values() for r in rs if r.status == "ok"}, key=lambda s: (s is None, s))
-    full = {m: {r.seed: r.metrics["score"] for r in rs if r.status == "ok"} for m, rs in rows.items()}
-    full = {m: v for m, v in full.items() if all(s in v for s in seeds)}
+    scores = {m: {r.seed: r.metrics["score"] for r in rs if r.status == "ok"} for m, rs in rows.items()}
+    scores = {m: v for m, v in scores.items() if v}
+    if not scores:
+        return ""
+    shared = set.intersection(*(set(v) for v in scores.values()))
+    every = set.union(*(set(v) for v in scores.values()))
+    if len(shared) >= 2:
+        seeds, full = shared, scores
+    else:
+        seeds, full = every, {m: v for m, v in scores.items() if every <= set(v)}
+    seeds = sorted(seeds, key=lambda s: (s is None, s))
     if len(seeds) < 2 or len(full) < 3:
         return ""
     taus = [kendalltau([v[a] for v in full.values()], [v[b] for v in full.values()]).statistic
@@ -90,8 +100,9 @@ def order_stability(rows: dict[str, list[Measurement]]) -> str:
     taus = [t for t in taus if t == t]
     if not taus:
         return ""
+    which = "the seeds every row has; " if len(seeds) < len(every) and len(full) == len(scores) else ""
     return (f" Ordering across seeds: mean Kendall τ {statistics.fmean(taus):.2f} between the {len(seeds)} seeds' "
-            f"orderings of the {len(full)} rows (1: the same order).")
+            f"orderings of the {len(full)} rows ({which}1: the same order).")
 
 
 def not_applicable() -> list[str]:
