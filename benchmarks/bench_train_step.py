@@ -81,14 +81,6 @@ def _step(m: Model, net: torch.nn.Module, graphs: bool = False) -> Callable[[], 
     return step
 
 
-def _synced(fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn`` that returns once the GPU has finished its work (a wall clock around it then times that work)."""
-    def call():
-        fn()
-        torch.cuda.synchronize()
-    return call
-
-
 class _Products(TorchDispatchMode):
     """Records every matrix product a call makes: (op, operand shapes and whether each is a transposed view)."""
 
@@ -383,32 +375,33 @@ def main(argv=None) -> int:
     if a.breakdown:
         _breakdown(models)
         return 0
-    synced = _synced if cuda else (lambda fn: fn)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)   # a step's GPU work is timed with it
     fns, info = {}, {}
     for m in models:
         key = (m.suite, m.label)
         step = _step(m, m.module)
         flops = count_flops(lambda: m.loss(m.module).backward())
         replay, replay_flops = product_replay(step)
-        fns[key + ("eager",)] = synced(step)
-        fns[key + ("products",)] = synced(replay)
-        info[key] = {"flops": flops, "replay_flops": replay_flops}
+        fns[key + ("eager",)] = step
+        fns[key + ("products",)] = replay
+        info[key] = {"flops": flops, "replay_flops": replay_flops, "compile_s": {}}
         for mode in modes:
             # one torch.compile wrapper per mode: a wrapper's mode is fixed when it is made
             compiled = torch.compile(m.module, mode=None if mode == "default" else mode)
-            cstep = synced(_step(m, compiled, graphs=cuda and mode == "reduce-overhead"))
+            cstep = _step(m, compiled, graphs=cuda and mode == "reduce-overhead")
             t0 = time.perf_counter()
             cstep()
-            info[key][f"compile_s {mode}"] = time.perf_counter() - t0
-            print(f"compiled: {m.suite} · {m.label} · {mode} in {info[key][f'compile_s {mode}']:.1f} s", flush=True)
+            sync()
+            secs = info[key]["compile_s"][mode] = time.perf_counter() - t0
+            print(f"compiled: {m.suite} · {m.label} · {mode} in {secs:.1f} s", flush=True)
             fns[key + (mode,)] = cstep
         if a.reference_forms:
             def reference(step=step):
                 with reference_forms():
                     step()
-            fns[key + ("reference",)] = synced(reference)
+            fns[key + ("reference",)] = reference
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
-    t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock)
+    t = round_robin(fns, repeats=a.repeats, warmup=2, clock=clock, sync=sync)
     print(f"one step per model, {a.threads} thread(s), {a.clock} time, medians of {a.repeats} interleaved rounds; "
           f"floor = counted FLOPs at the rate of the step's own matrix products replayed bare")
     head = f"{'suite':7} {'model':22} {'ms/step':>8} {'GFLOP':>6} {'prod GF/s':>9} {'x floor':>7} {'x softmax':>9}"
@@ -426,7 +419,7 @@ def main(argv=None) -> int:
         line = (f"{suite:7} {label:22} {step_s * 1e3:8.1f} {d['flops'] / 1e9:6.2f} {rate / 1e9:9.1f} "
                 f"{step_s / floor:7.2f} {rel}")
         for mode in modes:
-            line += f"  {t[(suite, label, mode)] / step_s:{len(mode) + 9}.2f}  {d[f'compile_s {mode}']:9.1f}"
+            line += f"  {t[(suite, label, mode)] / step_s:{len(mode) + 9}.2f}  {d['compile_s'][mode]:9.1f}"
         if a.reference_forms:
             line += f"  {step_s / t[(suite, label, 'reference')]:23.3f}"
         print(line)

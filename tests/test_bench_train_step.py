@@ -73,3 +73,15 @@ def test_bad_options_are_one_line_errors(argv, says, capsys):
     assert bench.main(["--suites", "recall", "--recall", "softmax", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(says) and "\n" not in err
+
+
+def test_round_robin_times_each_call_with_its_sync():
+    """``sync`` runs inside each timed span (a device's queued work is timed with the call that queued it) and
+    after the warm-up."""
+    from attnbench.measure.timing import round_robin
+
+    calls = []
+    t = round_robin({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2, warmup=1,
+                    sync=lambda: calls.append("sync"))
+    assert calls == ["a", "b", "sync", "a", "sync", "b", "sync", "a", "sync", "b", "sync"]
+    assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -70,20 +70,25 @@ class TimingStats:
                 "time_mean_s": self.mean, "reps": self.reps, "cpu_time_median_s": self.cpu_median}
 
 
-def round_robin(fns: dict, repeats: int, warmup: int = 1, clock: Callable[[], float] = time.perf_counter) -> dict:
+def round_robin(fns: dict, repeats: int, warmup: int = 1, clock: Callable[[], float] = time.perf_counter,
+                sync: Optional[Callable[[], None]] = None) -> dict:
     """Median wall time of each callable, the callables interleaved round by round (standalone benchmark
     scripts comparing two forms in one run): interleaving is what makes their ratio fair on a machine whose load
     drifts, and the library timers time one callable at a time. ``clock=time.process_time``: this process's CPU
     seconds instead (single-threaded forms on an oversubscribed machine: the time spent waiting for a core is
-    left out)."""
+    left out). ``sync`` (e.g. ``torch.cuda.synchronize``): called after each call inside the timed span, so that
+    work a call queued on a device is timed with it."""
+    sync = sync or (lambda: None)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    sync()
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             t0 = clock()
             fn()
+            sync()
             times[name].append(clock() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
