@@ -28,9 +28,9 @@ Standard library only: it runs before attnbench is installed, under the node's o
 with the options after ``--``, its output also in OUT/train-step.txt: the small models' training step, eager and
 compiled, in one run (issue 47's GPU measurement).
 
-Exit code: the doctor's or the benchmark's (0 ok, 1 a failure; stopped at the timeout: the doctor 130, the
-benchmark 143 or 137, SIGTERM or SIGKILL); 2 when the campaign itself could not go on (bad option, no attnbench wheel, a wheel that would
-replace the node's GPU stack, a failed install), with one line saying why.
+Exit code: the doctor's or the benchmark's (0 ok, 1 a failure; stopped at the timeout: the doctor 130, the benchmark
+143; 137 for either when SIGKILL had to follow); 2 when the campaign itself could not go on (bad option, no
+attnbench wheel, a wheel that would replace the node's GPU stack, a failed install), with one line saying why.
 
 ``pack`` writes the wheels as one xz archive of their unpacked files, which ``run --wheels`` takes as it takes a
 folder: for a transfer with a size limit, a compiled wheel's files often shrink to half in xz (zip's deflate
@@ -289,6 +289,7 @@ def stream(name: str, argv: Sequence[str], log: Log, timeout_s: Optional[float],
                 f.write(line)
                 f.flush()
     code = proc.wait()
+    code = 128 - code if code < 0 else code       # killed by a signal: the shell's 128 + N
     if timer:
         timer.cancel()
     if stopped:
@@ -350,7 +351,6 @@ def campaign(args: argparse.Namespace) -> int:
             if args.command == "step":
                 code = stream("bench_train_step", [py, BENCH, *args.rest], log, args.timeout, env,
                               copy=out / "train-step.txt")
-                code = 128 - code if code < 0 else code       # killed by a signal: the shell's 128 + N
                 log(f"campaign: bench_train_step exit {code} after {time.monotonic() - t0:.0f} s")
                 return code
             attnbench = [py, "-m", "attnbench.cli.main"]
