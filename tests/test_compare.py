@@ -169,6 +169,24 @@ def test_a_planted_separated_pair_is_counted_and_a_table_of_ties_says_so():
     assert (ppl.pairs, ppl.untested) == (0, 1) and "no pair of rows can be tested" in ppl.line()
 
 
+def test_the_marks_test_a_pair_as_the_separation_line_does():
+    """A best row and another 5 points below it, three seeds each: the test set alone (n = 2000) calls them
+    apart, but seeds 10 points apart do not; the ≈ mark of every leaderboard reads the seeds, as the line does."""
+    from attnbench.suites.vision.leaderboard import measured_tables
+
+    rows = _records({"softmax": [80.0, 90.0, 100.0], "nala": [75.0, 85.0, 95.0]})
+    assert compare.two_proportion_p(0.90, 2000, 0.85, 2000) < 1e-5 < 0.05 < compare.score_p(rows["nala"], rows["softmax"])
+    assert compare.score_p(rows["nala"][:1], rows["softmax"][:1]) < 0.05    # one seed a row: the test set's test
+    assert compare.score_p(rows["nala"], []) is None
+    for r in rows["softmax"] + rows["nala"]:
+        r.suite, r.setting, r.metrics = "vision", "vision/tiny", {
+            **r.metrics, "n_params": 1, "flops_per_image": 1, "train_images_per_s": 1, "infer_images_per_s": 1,
+            "wall_s": 1}
+    (_, _, table, cap), = measured_tables(rows["softmax"] + rows["nala"], "mine")
+    assert table[1][0] == "nala" and table[1][2].endswith(" ≈") and "0 of 1 pairs separated" in cap, (table, cap)
+    assert compare.SCORE_TEST in cap
+
+
 def test_every_suites_leaderboard_carries_the_line():
     from attnbench.views.sources import Source, committed_records
     from attnbench.views.tables import view_of

@@ -429,13 +429,13 @@ def test_accuracy_cells_carry_their_interval_and_significance_marks():
     assert two_proportion_p(0.52, 150, 0.487, 150) > 0.05 and two_proportion_p(0.6, 1000, 0.5, 1000) < 1e-3
     # 52% of 150 with a 51.3% majority is at chance (†), and not different from a best of 55% (≈)
     one = lambda x, n: seed_stats([x], n_test=n)  # noqa: E731
-    assert _fmt_cell(one(52.0, 150), (55.0, "x"), 150, 0.513, False) == "52.00 ± 7.9 ≈†"
+    p = two_proportion_p(0.52, 150, 0.55, 150)
+    assert _fmt_cell(one(52.0, 150), p, 0.513, False) == "52.00 ± 7.9 ≈†"
     # 90% of 1000 against a best of 95%: significantly worse, clearly above a 10% majority: no mark
-    assert _fmt_cell(one(90.0, 1000), (95.0, "x"), 1000, 0.1, False) == "90.00 ± 1.9"
-    assert _fmt_cell(one(95.0, 1000), (95.0, "x"), 1000, 0.1, True) == "95.00 ± 1.4 ^"
+    assert _fmt_cell(one(90.0, 1000), two_proportion_p(0.9, 1000, 0.95, 1000), 0.1, False) == "90.00 ± 1.9"
+    assert _fmt_cell(one(95.0, 1000), None, 0.1, True) == "95.00 ± 1.4 ^"
     # two seeds: the mean ± its test-set interval, then the t-interval over the seeds (12.71 · 1.41 / √2)
-    assert _fmt_cell(seed_stats([50.0, 52.0], n_test=1000), (95.0, "x"), 1000, 0.1, False) == \
-        "51.00 ± 3.1 (seeds ± 12.71, n=2)"
+    assert _fmt_cell(seed_stats([50.0, 52.0], n_test=1000), 1e-4, 0.1, False) == "51.00 ± 3.1 (seeds ± 12.71, n=2)"
 
 
 def test_data_dir_without_preset_says_which_preset_runs(tmp_path, monkeypatch):

@@ -372,6 +372,18 @@ def metric(key: str) -> Metric:
     return next(m for m in METRICS if m.key == key)
 
 
+def score_p(a: list[Measurement], b: list[Measurement]) -> Optional[float]:
+    """The p-value of two rows' test accuracy (a row's records: one per seed) differing, tested as ``compare`` tests
+    a cell: Welch's t over seeds when both rows have two or more, else the two-proportion z on the means' test-set
+    counts (:func:`difference`); None when a row has no score. What the tables' ≈ marks read, so that a mark and
+    the separation line never use two tests."""
+    d = difference("", metric("score"), a, b)
+    return None if d is None else d.p
+
+SCORE_TEST = ("Welch's t over seeds where both rows have two or more, else the two-proportion test of the means on "
+              "the test set")
+
+
 @dataclasses.dataclass
 class Comparison:
     a: Side

@@ -16,11 +16,11 @@ from typing import Iterable
 
 from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
-from attnbench.results.stats import above_rate_p, two_proportion_p, wilson_interval
+from attnbench.results.stats import above_rate_p, wilson_interval
 from attnbench.views.rows import aggregate, board_title, boards, fmt_seeds, seed_note, seed_rows, timing_mark
 from attnbench.views.sources import commits_of, committed_records, latest, machine_of
 from attnbench.views.tables import table_view
-from attnbench.views.compare import metric, separation
+from attnbench.views.compare import SCORE_TEST, metric, score_p, separation
 
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder")
 BASELINE = "softmax"
@@ -36,15 +36,17 @@ def _majority(by: dict, lab: str, t: str) -> float | None:
     return vals[-1] if vals else None
 
 
-def _fmt_cell(st, best: tuple, n_best: int, majority: float | None, is_best: bool) -> str:
+def _fmt_cell(st, p_best: float | None, majority: float | None, is_best: bool) -> str:
     """One accuracy cell over its seeds (:func:`attnbench.views.rows.fmt_seeds`) with the marks of the caption of
-    :func:`measured_tables`; the marks test the mean over seeds as a proportion of the test set."""
+    :func:`measured_tables`. ``p_best``: the p-value of its difference from the best row
+    (:func:`attnbench.views.compare.score_p`); the majority mark tests the mean over seeds as a proportion of the
+    test set."""
 
     n, mean = st.n_test or 0, st.mean
     marks = ""
     if is_best:
         marks += "^"
-    elif n and n_best and best[0] is not None and two_proportion_p(mean / 100, n, best[0] / 100, n_best) >= 0.05:
+    elif p_best is not None and p_best >= 0.05:
         marks += "≈"
     if n and majority is not None and above_rate_p(mean / 100, n, majority) >= 0.05:
         marks += "†"
@@ -110,10 +112,6 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                                                         in seed_rows(recs, key=_label).items()}
         stats = {key: aggregate(rs) for key, rs in by.items()}
 
-        def n_test(lab: str, t: str) -> int:
-            st = stats.get((lab, t))
-            return st.n_test or 0 if st is not None else 0
-
         best = {t: max(((stats[(lab, t)].mean, lab) for lab in labels if stats.get((lab, t)) is not None),
                        default=(None, None)) for t in tasks}
 
@@ -124,8 +122,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
             for t in tasks:
                 st = stats.get((lab, t))
                 if st is not None:
-                    row.append(_fmt_cell(st, best[t], n_test(best[t][1], t) if best[t][1] else 0,
-                                         _majority(by, lab, t), lab == best[t][1]))
+                    p_best = score_p(by[(lab, t)], by[(best[t][1], t)]) if best[t][1] else None
+                    row.append(_fmt_cell(st, p_best, _majority(by, lab, t), lab == best[t][1]))
                     means.append(st.mean)
                 else:
                     st = sorted({r.status for r in by.get((lab, t), [])})
@@ -161,8 +159,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         title = board_title("LRA accuracy", setting, device, recs)
         cap = (f"{source_label}. Test accuracy (%) at the best validation step ± the half-width of its 95% Wilson "
                f"interval over the test set (n in the budget line); seeds {seeds}.{seed_note(stats.values())} ^ best "
-               f"of its column (marks compare the means over seeds); ≈ not significantly different from the best (two-proportion "
-               f"test, p ≥ 0.05); † not significantly above the majority class (p ≥ 0.05): at chance. avg = mean over "
+               f"of its column (the highest mean over seeds); ≈ not significantly different from the best ({SCORE_TEST}, "
+               f"p ≥ 0.05); † not significantly above the majority class (p ≥ 0.05): at chance. avg = mean over "
                f"the {len(tasks)} task(s) shown. {_budget(by, tasks)} A 'softmax (committed ...)' row is the committed "
                f"baseline of the same budget and data (results/lra/), from the machine it names: not in the marks. "
                f"The majority-class row "

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnbench.results.records import Measurement
-from attnbench.results.stats import two_proportion_p
 from attnbench.views.rows import (
     aggregate,
     board_title,
@@ -20,7 +19,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of, latest
 from attnbench.views.tables import table_view
-from attnbench.views.compare import metric, separation
+from attnbench.views.compare import SCORE_TEST, metric, score_p, separation
 
 ORDER = {"teacher": 0, "mixa": 1, "all-stella": 2, "last-k": 3}
 
@@ -74,12 +73,9 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         teach = next((v for v in scored if rows_of[v][-1].params.get("quadratic_layers") is None), None)
 
         def differs(a: str, b: str | None) -> bool | None:
-            """Whether rows a's and b's test top-1 (means over seeds) differ significantly (two-proportion test,
-            p < 0.05)."""
-            if b is None or not stats[a].n_test or not stats[b].n_test:
-                return None
-            return two_proportion_p(stats[a].mean / 100, stats[a].n_test, stats[b].mean / 100,
-                                    stats[b].n_test) < 0.05
+            """Whether rows a's and b's test top-1 differ significantly (:func:`score_p`, p < 0.05); None: untested."""
+            p = score_p(rows_of[a], rows_of[b]) if b is not None else None
+            return None if p is None else p < 0.05
 
         for v in sorted(rows_of, key=lambda v: (ORDER.get(v, 4), v)):
             rs, st = rows_of[v], stats[v]
@@ -122,8 +118,8 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')} from the teacher's weights with KD (T = "
                f"{fp.get('kd_temperature')}, α = {fp.get('kd_alpha')}). Teacher {teacher}. Data: {fm.get('data', '?')}. "
                f"Test top-1 (%) at the best validation step ± half-width of the 95% Wilson interval (n = "
-               f"{fm.get('n_test', '?')}); ^ best; ≈ not significantly different from the best (two-proportion test of "
-               f"the means over seeds, p ≥ 0.05). Δ: points vs the teacher, ≈ when not significantly "
+               f"{fm.get('n_test', '?')}); ^ best; ≈ not significantly different from the best ({SCORE_TEST}, p ≥ "
+               f"0.05). Δ: points vs the teacher, ≈ when not significantly "
                f"different from it (p ≥ 0.05): no gain or loss shown (several seeds: the mean of the seeds' Δ). FLOPs, throughput, memory and "
                f"wall: the latest seed's cell.{seed_note(stats.values())} FLOPs per image by torch.utils.flop_counter; "
                f"infer mem: tensor bytes of one forward at {fm.get('infer_batch', '?')} images (CUDA: allocator "

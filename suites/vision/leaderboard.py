@@ -10,7 +10,7 @@ from typing import Iterable
 
 from attnbench.results.records import Measurement
 from attnbench.results.reported import leaderboard_tables
-from attnbench.results.stats import above_rate_p, two_proportion_p
+from attnbench.results.stats import above_rate_p
 from attnbench.views.rows import (
     aggregate,
     board_title,
@@ -23,7 +23,7 @@ from attnbench.views.rows import (
 )
 from attnbench.views.sources import commits_of
 from attnbench.views.tables import table_view
-from attnbench.views.compare import metric, separation
+from attnbench.views.compare import SCORE_TEST, metric, score_p, separation
 
 
 def measured_tables(records: Iterable[Measurement], source_label: str) -> list[tuple[str, list[str], list[list[str]], str]]:
@@ -47,7 +47,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
                 continue
             n, p = st.n_test or 0, st.mean / 100
             marks = "^" if lab == best else ""
-            if lab != best and n and two_proportion_p(p, n, stats[best].mean / 100, stats[best].n_test or 0) >= 0.05:
+            if lab != best and (p_best := score_p(rows_of[lab], rows_of[best])) is not None and p_best >= 0.05:
                 marks += "≈"
             if n and m.get("majority_test_acc") is not None and above_rate_p(p, n, m["majority_test_acc"]) >= 0.05:
                 marks += "†"
@@ -64,8 +64,7 @@ def measured_tables(records: Iterable[Measurement], source_label: str) -> list[t
         commits = commits_of(recs)
         cap = (f"{source_label}. Data: {fm.get('data', '?')}. Test top-1 (%) with the weights of the best validation "
                f"step ± the half-width of its 95% Wilson interval over the test set (n = {fm.get('n_test', '?')}); "
-               f"^ best; ≈ not significantly different from the best (two-proportion test of the means over seeds, p ≥ "
-               f"0.05); † not above "
+               f"^ best; ≈ not significantly different from the best ({SCORE_TEST}, p ≥ 0.05); † not above "
                f"the majority class ({100 * (fm.get('majority_test_acc') or 0):.1f}%). Top-5 shown with ≥ 100 "
                f"classes. FLOPs per image by torch.utils.flop_counter (matmul-class ops). Budget: "
                f"{fp.get('steps')} steps × batch {fp.get('batch_size')} on {fm.get('n_train', '?')} training "
