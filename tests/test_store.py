@@ -351,6 +351,32 @@ def test_two_processes_on_one_store_run_a_cell_once_and_the_record_names_the_oth
         assert other.pid in [p["pid"] for p in m.metrics["concurrent_attnbench"]]
 
 
+def test_a_record_names_the_other_workers_of_its_launcher_but_not_its_own_ranks():
+    """The load a cell's timing shares the host with: a sibling worker of `--launcher workers` (another cell) is
+    named; the processes of its own cell (a torchrun launcher and its ranks, a data-loader worker) and the idle
+    commands above it are not."""
+    from attnbench.engine.sweep import others_in
+
+    py = "/usr/bin/python3"
+    run = ["attnbench", "run", "vision", "--attn", "softmax"]
+    table = {
+        10: (1, ["bash"]),
+        20: (10, [*run, "--launcher", "workers", "--jobs", "2"]),          # the launcher, waiting
+        21: (20, [py, "-m", "attnbench.cli.main", "run", "vision"]),      # worker 1 (this process)
+        22: (20, [py, "-m", "attnbench.cli.main", "run", "vision"]),      # worker 2: another cell
+        23: (21, [py, "-m", "attnbench.cli.main", "run", "vision"]),      # worker 1's data-loader child
+        30: (10, ["torchrun", "--nproc-per-node", "2", "attnbench", "run", "lm"]),
+        31: (30, [py, "-m", "attnbench.cli.main", "run", "lm"]),          # rank 0
+        32: (30, [py, "-m", "attnbench.cli.main", "run", "lm"]),          # rank 1
+        40: (1, ["sleep", "9"]),
+    }
+    assert [p["pid"] for p in others_in(table, 21)] == [22, 31, 32]      # not the launcher, torchrun itself
+    assert [p["pid"] for p in others_in(table, 31)] == [20, 21, 22, 23]
+    alone = {k: v for k, v in table.items() if k < 30}
+    del alone[22]
+    assert others_in(alone, 21) == []
+
+
 def test_an_unwritable_store_path_fails_before_any_work(tmp_path):
     assert st.check_writable(tmp_path / "new" / "a.db") == tmp_path / "new" / "a.db"
     with pytest.raises(st.StoreError, match="is a directory"):

@@ -385,14 +385,8 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
-def _attnbench_argv(pid: int) -> list[str] | None:
-    """The command line of ``pid`` if it is an attnbench command (the console script or ``-m attnbench...``)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    argv = [a for a in argv if a]
+def _as_attnbench(argv: list[str]) -> list[str] | None:
+    """``argv`` if it is an attnbench command (the console script or ``-m attnbench...``), else None."""
     prog = os.path.basename(argv[0]) if argv else ""
     if prog == "attnbench":  # the console script run directly (exec -a attnbench, a frozen binary)
         return argv
@@ -403,38 +397,50 @@ def _attnbench_argv(pid: int) -> list[str] | None:
     return None
 
 
+def _launches_workers(argv: list[str]) -> bool:
+    """Whether ``argv`` is a ``--launcher workers`` command: its children are workers, each running cells of its
+    own (:func:`launch_workers`)."""
+    return "--launcher=workers" in argv or any(a == "--launcher" and b == "workers" for a, b in zip(argv, argv[1:]))
+
+
 def other_attnbench_processes() -> list[dict[str, Any]]:
     """attnbench commands running on this host besides this one and its own family (its torchrun launcher and
-    ranks, its data-loader workers): ``[{"pid", "argv"}]``. Empty where ``/proc`` is not available."""
+    ranks, its data-loader workers): ``[{"pid", "argv"}]`` (:func:`others_in`). Empty where ``/proc`` is not
+    available."""
     if not os.path.isdir("/proc"):
         return []
-    me = os.getpid()
-    top, cur = me, me  # the outermost attnbench process above this one (e.g. the launching CLI of torchrun)
+    table = {int(name): (_ppid(int(name)), _cmdline(int(name))) for name in os.listdir("/proc") if name.isdigit()}
+    return others_in(table, os.getpid())
+
+
+def others_in(table: dict[int, tuple[Optional[int], list[str]]], me: int) -> list[dict[str, Any]]:
+    """The attnbench processes of ``table`` (pid: (parent pid, command line)) outside ``me``'s family: the
+    processes above it, and everything under the outermost attnbench (or torchrun) process above it, which runs the
+    same cell (a torchrun launcher and its ranks, data-loader workers). A ``--launcher workers`` command ends the
+    climb: its workers are each other's load, each training cells of its own."""
+    top, cur, family = me, me, set()
     while True:
-        parent = _ppid(cur)
+        parent = table.get(cur, (None, []))[0]
         if not parent or parent <= 1:
             break
-        if _attnbench_argv(parent) is not None or "torchrun" in " ".join(_cmdline(parent)[:3]):
+        family.add(parent)
+        argv = table.get(parent, (None, []))[1]
+        if _as_attnbench(argv) is not None and _launches_workers(argv):
+            break
+        if _as_attnbench(argv) is not None or "torchrun" in " ".join(argv[:3]):
             top = parent
         cur = parent
     children: dict[int, list[int]] = {}
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        pp = _ppid(pid)
+    for pid, (pp, _argv) in table.items():
         if pp is not None:
             children.setdefault(pp, []).append(pid)
-        argv = _attnbench_argv(pid)
-        if argv is not None:
-            found[pid] = argv
-    family, stack = set(), [top]
+    stack = [top]
     while stack:
         p = stack.pop()
         family.add(p)
         stack += children.get(p, [])
-    return [{"pid": pid, "argv": _short(argv)} for pid, argv in sorted(found.items()) if pid not in family]
+    return [{"pid": pid, "argv": _short(argv)} for pid, (_pp, argv) in sorted(table.items())
+            if pid not in family and _as_attnbench(argv) is not None]
 
 
 def _short(argv: list[str]) -> str:
@@ -571,8 +577,9 @@ def launch_workers(argv: Sequence[str], *, workers: int, db: str | os.PathLike, 
                    console=None) -> int:
     """``workers`` processes of the command line ``argv`` (``attnbench`` arguments) on this machine, all on the one
     store ``db``: each takes the next cell no other has claimed (:meth:`Store.claim`), so cells of uneven length
-    keep every worker busy until the grid is done, and no cell runs twice. Each worker's output goes to
-    ``FOLDER/worker-K.log``. Waits for all; returns the worst exit code (130 if any was interrupted, else 1 if any
+    keep every worker busy until the grid is done, and no cell runs twice; the workers share the host, so each
+    record names the others it ran beside (``concurrent_attnbench``: its timings are marked). Each worker's output
+    goes to ``FOLDER/worker-K.log``. Waits for all; returns the worst exit code (130 if any was interrupted, else 1 if any
     failed). Ctrl-C or SIGTERM stops every worker (each records its cell in flight as interrupted)."""
     import signal
     import subprocess
