@@ -76,6 +76,20 @@ def test_a_softmax_checkpoint_round_trips_and_loads_into_a_linear_vit(tmp_path):
         load_pretrained(again, tmp_path / "deit.pt")
 
 
+def test_the_resolution_sweep_says_which_attention_has_no_form_at_another_length():
+    """Linformer's projections are sized by the training resolution's tokens: the sweep records that resolution
+    and marks the others "fixed length", not "failed" (a model whose weights carry is swept in the CLI test)."""
+    from attnbench.image.classify import build_classifier, resolution_sweep
+
+    pre = small()
+    pre = dataclasses.replace(pre, attn_options={"linformer": {"proj_dim": 16}},
+                              sweep=dataclasses.replace(pre.sweep, batch=1))
+    spec = parse_spec("linformer").with_defaults(pre.options_for("linformer"))
+    rows = resolution_sweep(build_classifier(spec, pre, 10), pre, 10, torch.device("cpu"))
+    assert [(r["tokens"], r["status"]) for r in rows] == [(65, "ok"), (257, "fixed length")], rows
+    assert "blocks.0.attn.mech.E (16, 65) vs (16, 257)" in rows[1]["error"]
+
+
 # --- the suite ------------------------------------------------------------------------------------------------
 def test_the_tiny_preset_learns_the_digits_through_the_cli(tmp_path):
     """The README's vision command on its offline default learns: softmax well above chance (>= 55% top-1, where

@@ -255,7 +255,8 @@ def resolution_sweep(model: torch.nn.Module, pre: ClassifierPreset, num_classes:
                      device: torch.device) -> list[dict]:
     """The trained weights at each resolution of ``pre.sweep`` (position embedding resampled): inference
     images/s and peak memory (:func:`inference_memory`) of one forward at ``pre.sweep.batch`` images. A
-    resolution that runs out of memory is recorded ``oom`` and the sweep goes on."""
+    resolution that runs out of memory is recorded ``oom``, one where the attention's own weights are sized by the
+    token count (Linformer) ``fixed length``, and the sweep goes on."""
     import tempfile
 
     out = []
@@ -269,10 +270,17 @@ def resolution_sweep(model: torch.nn.Module, pre: ClassifierPreset, num_classes:
             try:
                 at = dataclasses.replace(pre, data=dataclasses.replace(pre.data, image_size=res))
                 m = build_classifier(model.attnbench_specs, at, num_classes).to(device).eval()
-                load_pretrained(m, path)
-                row["peak_mem_bytes"] = inference_memory(m, res, pre.sweep.batch, device)
-                row["infer_images_per_s"] = inference_throughput(m, res, pre.sweep.batch, device)
-                row["status"] = "ok"
+                own = m.state_dict()
+                sized = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in model.state_dict().items()
+                         if ".attn.mech." in k and k in own and own[k].shape != v.shape]
+                if sized:  # e.g. Linformer's E, F: [k, N]; only the position embedding is resampled
+                    row.update(status="fixed length", error=f"the attention's weights are sized by the token count: "
+                                                            f"{sized[0]}")
+                else:
+                    load_pretrained(m, path)
+                    row["peak_mem_bytes"] = inference_memory(m, res, pre.sweep.batch, device)
+                    row["infer_images_per_s"] = inference_throughput(m, res, pre.sweep.batch, device)
+                    row["status"] = "ok"
             except Exception as e:  # noqa: BLE001 - a resolution that fails is recorded, the others still run
                 row["status"] = "oom" if is_oom(e) else "failed"
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

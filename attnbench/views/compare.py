@@ -380,6 +380,7 @@ def score_p(a: list[Measurement], b: list[Measurement]) -> Optional[float]:
     d = difference("", metric("score"), a, b)
     return None if d is None else d.p
 
+
 SCORE_TEST = ("Welch's t over seeds where both rows have two or more, else the two-proportion test of the means on "
               "the test set")
 

@@ -110,7 +110,10 @@ def resolution_table(records: list[Measurement], setting: str, device: str):
     cap = ("The trained weights evaluated at each resolution (position embedding resampled): inference images/s "
            "and peak memory of one forward pass (CUDA: the allocator's peak; CPU: tensor bytes alive at once, "
            "allocator-independent). Same batch at every resolution (the preset's [sweep] batch). Separation: not tested "
-           "(one timing per point, without repeats: no noise to test a difference against).")
+           "(one timing per point, without repeats: no noise to test a difference against)."
+           + (" fixed length: the attention's own weights are sized by the training resolution's token count "
+              "(Linformer's projections), so the trained model has no form at another."
+              if any(p["status"] == "fixed length" for pts in sweeps.values() for p in pts) else ""))
     return (f"vision resolution sweep — {setting} · {device}",
             ["attention", *[f"{res}² ({tokens[res]} tok)" for res in resolutions]], rows, cap)
 
