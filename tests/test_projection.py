@@ -15,6 +15,8 @@ from attnbench.results import stats
 from attnbench.results.store import Store
 from attnbench.views import compare
 from attnbench.views.plan import pair_needs, plan
+from attnbench.views.sources import Source
+from attnbench.views.tables import view_of
 
 # Planted rows: accuracy (%) means and seed standard deviations. c and d have equal means; a-b are close.
 MEANS = {"a": 60.0, "b": 61.5, "c": 66.0, "d": 66.0, "e": 75.0}
@@ -139,6 +141,26 @@ def test_plan_prints_the_run_line_of_a_registered_suite(tmp_path):
                   0.0, 0.0, 0.0, 0, {"softmax": [0, 1], "nala": [0, 1]})
     assert run_lines("recall", p, recs, "r.db") == [
         "attnbench run recall --preset tiny --point 'mqar d=32' --attn nala,softmax --seeds 2,3 --threads 1 --db r.db"]
+
+
+def test_a_plan_line_spells_each_row_as_it_was_run(tmp_path):
+    """LRA labels a row with the options its preset added ("nystromformer(landmarks=128)"), a spelling `--attn`
+    refuses; the plan's line gives the spec as it was run, which takes them from the preset again. A spec that
+    spells its options is not labelled twice."""
+    env = {"device": "cpu", "device_name": "CPU A", "git_commit": "a" * 40, "git_dirty": False, "packages": {}}
+    rows = {("nystromformer", 128): [30.0, 33.0, 31.5], ("laplacian:landmarks=16", 16): [29.0, 30.5, 28.0]}
+    with Store(tmp_path / "l.db") as s:
+        run = s.start_run(suite="lra", setting="lra/tiny", env=env)
+        s.add_many([run.record(task="listops", attention=a, options={"landmarks": n}, status="ok", dtype="float32",
+                               seed=i, params={"seed": i, "preset": "tiny", "threads": 1},
+                               metrics={"score": v, "n_test": 2000, "wall_s": 20.0})
+                    for (a, n), vs in rows.items() for i, v in enumerate(vs)])
+        s.finish_run(run.run_id, "ok")
+        table = "\n".join(ln for t in view_of("lra").data(Source("mine", s.measurements(suite="lra")))
+                          for ln in map(str, t[2]))
+    assert "nystromformer(landmarks=128)" in table and "laplacian:landmarks=16(" not in table
+    lines = [ln for ln in plan("lra", db=str(tmp_path / "l.db"), cells=20) if "attnbench run lra" in ln]
+    assert lines and all(" --attn laplacian:landmarks=16,nystromformer --seeds 3," in ln for ln in lines), lines
 
 
 def test_every_committed_table_says_what_more_seeds_would_tell():

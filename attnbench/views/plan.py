@@ -237,11 +237,14 @@ def _takes_attn(suite: str) -> Optional[bool]:
     return _takes(suite, "attn")
 
 
-def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None) -> list[str]:
+def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optional[str] = None,
+              specs: Optional[dict[str, str]] = None) -> list[str]:
     """The ``attnbench run`` lines of a plan: one per group of rows that add the same seeds; every row if the suite's
     run takes no ``--attn`` (it runs all its rows at once); ``records``: the board's (its preset, threads and, where
-    the run takes ``--point``, its point: a sweep's board runs alone, not the preset's default point).
+    the run takes ``--point``, its point: a sweep's board runs alone, not the preset's default point); ``specs``:
+    each row's ``--attn`` spelling where its label is not one (a table may add the preset's options to a label).
     None: the suite has no run command (e.g. ingested records)."""
+    specs = specs or {}
     takes_attn = _takes_attn(suite)
     if takes_attn is None:
         return None
@@ -266,7 +269,7 @@ def run_lines(suite: str, plan: BoardPlan, records: list[Measurement], db: Optio
         if point:
             parts.append(f"--point {shlex.quote(point)}")
         if takes_attn and labs:
-            parts.append(f"--attn {','.join(sorted(labs))}")
+            parts.append(f"--attn {','.join(sorted(specs.get(lab, lab) for lab in labs))}")
         parts.append(f"--seeds {','.join(map(str, seeds))}")
         if threads:
             parts.append(f"--threads {threads}")
@@ -367,7 +370,8 @@ def _board_lines(suite: str, p: BoardPlan, sep: Separation, records: list[Measur
                f"{ASSUMED_MFU:.0%} of its {GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOP/s; a model this small leaves the GPU "
                f"idle, so a floor")
         out.append(f"  on one {gpu}: {_hours(gpu_s)} ({how})")
-    lines = run_lines(suite, p, _board_records(sep), db)
+    lines = run_lines(suite, p, _board_records(sep), db, specs={lab: rs[0].attention for lab, rs in sep.rows.items()
+                                                                 if rs})
     if lines is None:
         out.append(f"  no `attnbench run {suite}` command to print (the records were ingested); run the planned seeds "
                    f"as the pilot ran")

@@ -27,7 +27,10 @@ BASELINE = "softmax"
 
 
 def _label(r: Measurement) -> str:
-    return r.attention + ("(" + ",".join(f"{k}={v}" for k, v in sorted(r.options.items())) + ")" if r.options else "")
+    """The spec as run, then in parentheses the options it did not spell (the preset's ``attn_options``)."""
+    spelled = {part.split("=", 1)[0] for part in r.attention.split(":")[1:]}
+    extra = [f"{k}={v}" for k, v in sorted(r.options.items()) if k not in spelled]
+    return r.attention + (f"({','.join(extra)})" if extra else "")
 
 
 def _majority(by: dict, lab: str, t: str) -> float | None:
