@@ -385,16 +385,14 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
-def _as_attnbench(argv: list[str]) -> list[str] | None:
-    """``argv`` if it is an attnbench command (the console script or ``-m attnbench...``), else None."""
+def _is_attnbench(argv: list[str]) -> bool:
+    """Whether ``argv`` is an attnbench command (the console script or ``-m attnbench...``)."""
     prog = os.path.basename(argv[0]) if argv else ""
     if prog == "attnbench":  # the console script run directly (exec -a attnbench, a frozen binary)
-        return argv
-    if prog.startswith("python") and len(argv) > 1 and (
-            os.path.basename(argv[1]) == "attnbench" or (argv[1] == "-m" and len(argv) > 2
-                                                         and argv[2].split(".")[0] == "attnbench")):
-        return argv
-    return None
+        return True
+    return prog.startswith("python") and len(argv) > 1 and (
+        os.path.basename(argv[1]) == "attnbench" or (argv[1] == "-m" and len(argv) > 2
+                                                     and argv[2].split(".")[0] == "attnbench"))
 
 
 def _launches_workers(argv: list[str]) -> bool:
@@ -425,9 +423,11 @@ def others_in(table: dict[int, tuple[Optional[int], list[str]]], me: int) -> lis
             break
         family.add(parent)
         argv = table.get(parent, (None, []))[1]
-        if _as_attnbench(argv) is not None and _launches_workers(argv):
-            break
-        if _as_attnbench(argv) is not None or "torchrun" in " ".join(argv[:3]):
+        if _is_attnbench(argv):
+            if _launches_workers(argv):
+                break
+            top = parent
+        elif "torchrun" in " ".join(argv[:3]):
             top = parent
         cur = parent
     children: dict[int, list[int]] = {}
@@ -440,7 +440,7 @@ def others_in(table: dict[int, tuple[Optional[int], list[str]]], me: int) -> lis
         family.add(p)
         stack += children.get(p, [])
     return [{"pid": pid, "argv": _short(argv)} for pid, (_pp, argv) in sorted(table.items())
-            if pid not in family and _as_attnbench(argv) is not None]
+            if pid not in family and _is_attnbench(argv)]
 
 
 def _short(argv: list[str]) -> str:

@@ -260,9 +260,10 @@ def resolution_sweep(model: torch.nn.Module, pre: ClassifierPreset, num_classes:
     import tempfile
 
     out = []
+    trained = model.state_dict()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "weights.pt"
-        torch.save(model.state_dict(), path)
+        torch.save(trained, path)
         for res in pre.sweep.resolutions:
             row = {"resolution": res, "tokens": (res // pre.model.patch_size) ** 2
                    + (1 if pre.model.global_pool == "token" else 0)}
@@ -271,7 +272,7 @@ def resolution_sweep(model: torch.nn.Module, pre: ClassifierPreset, num_classes:
                 at = dataclasses.replace(pre, data=dataclasses.replace(pre.data, image_size=res))
                 m = build_classifier(model.attnbench_specs, at, num_classes).to(device).eval()
                 own = m.state_dict()
-                sized = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in model.state_dict().items()
+                sized = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in trained.items()
                          if ".attn.mech." in k and k in own and own[k].shape != v.shape]
                 if sized:  # e.g. Linformer's E, F: [k, N]; only the position embedding is resampled
                     row.update(status="fixed length", error=f"the attention's weights are sized by the token count: "
